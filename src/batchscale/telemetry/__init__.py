@@ -1,0 +1,1 @@
+"""Run logs and phase timers."""

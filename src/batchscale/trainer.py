@@ -1,0 +1,182 @@
+"""The training loop: rollout boundary -> score -> advantages -> one micro-batched update -> log.
+
+Each step samples P prompts, generates G responses for each (prompt-major, so rewards reshape to (P, G)), scores them,
+turns rewards into per-token advantages with the configured algorithm, and applies exactly one optimizer update over
+the B_train = P * G responses. Cumulative samples N advance by exactly B_train per step; every record carries N, the
+x-axis of every learning curve. Phases are timed with device-synchronizing timers; evaluation is greedy on the task's
+fixed held-out set and is timed and logged separately, never inside `time/step`.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from batchscale import __version__
+from batchscale.algorithms import get_algorithm
+from batchscale.algorithms.advantages import AdvantageInputs
+from batchscale.batching import collate
+from batchscale.config import Config, derive_plan, resolved_config
+from batchscale.policy.load import Policy, load_policy
+from batchscale.rollout import build_engine
+from batchscale.rollout.base import SamplingParams
+from batchscale.tasks import build_task
+from batchscale.telemetry.runlog import RunLog, prepare_run_dir
+from batchscale.telemetry.timers import PhaseTimer
+from batchscale.update import accumulate_policy_gradient, build_optimizer, clip_and_step
+
+
+def run_descriptor(cfg: Config) -> dict:
+    plan = derive_plan(cfg)
+    return {
+        "label": plan.label,
+        "seed": cfg.run.seed,
+        "algorithm": cfg.algorithm.name,
+        "prompts_per_step": plan.prompts_per_step,
+        "samples_per_prompt": plan.samples_per_prompt,
+        "samples_per_step": plan.samples_per_step,
+        "lr": plan.lr,
+        "lr_rule": plan.lr_rule,
+        "model": cfg.model.name,
+        "task": cfg.task.name,
+        "source": "batchscale",
+    }
+
+
+def evaluate(policy: Policy, engine, task, max_new_tokens: int) -> dict:
+    examples = task.eval_examples()
+    rollouts = engine.generate([e.prompt for e in examples], SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    return {"eval/accuracy": float(np.mean(task.accuracy(rollouts.texts, examples))),
+            "eval/reward": float(np.mean(task.score(rollouts.texts, examples))),
+            "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
+
+
+def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
+          log: Callable[[str], None] = print) -> dict:
+    """Run one configuration to its sample budget; returns the summary also written to summary.json."""
+    plan = derive_plan(cfg)
+    algorithm = get_algorithm(cfg.algorithm.name)
+    run_dir = prepare_run_dir(out_dir, overwrite)
+    task = build_task(cfg.task)  # data files are read and checked before any compute
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    policy = load_policy(cfg.model, cfg.task, log)
+    engine = build_engine(cfg.rollout.backend, policy)
+    ref_model = copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None
+    optimizer = build_optimizer(policy.model.parameters(), cfg.optim, plan.lr)
+    sampling = SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens)
+    rng = np.random.default_rng(cfg.run.seed)
+    timer = PhaseTimer(policy.model.device)
+    emit = on_record or (lambda record: None)
+    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params")
+
+    runlog = RunLog(run_dir, run_descriptor(cfg), resolved_config(cfg), tensorboard=cfg.run.tensorboard)
+    start = time.perf_counter()
+    samples, next_eval, history = 0, 0, []
+
+    def eval_now(step: int) -> dict:
+        t0 = time.perf_counter()
+        metrics = evaluate(policy, engine, task, cfg.sampling.max_new_tokens)
+        record = {"kind": "eval", "step": step, "samples": samples, "wall_s": time.perf_counter() - start,
+                  **metrics, "time/eval": time.perf_counter() - t0}
+        runlog.write(record)
+        emit(record)
+        return record
+
+    try:
+        first_eval = eval_now(0)
+        next_eval = cfg.run.eval_every_samples
+        last_eval = first_eval
+        for step in range(1, plan.num_steps + 1):
+            record = run_step(step, cfg, plan, policy, engine, task, algorithm, optimizer, ref_model, sampling, rng, timer)
+            samples += plan.samples_per_step
+            record.update(samples=samples, wall_s=time.perf_counter() - start)
+            runlog.write(record)
+            history.append(record)
+            emit(record)
+            if samples >= next_eval or step == plan.num_steps:
+                last_eval = eval_now(step)
+                while next_eval <= samples:
+                    next_eval += cfg.run.eval_every_samples
+    except BaseException:
+        runlog.close()  # metrics.jsonl keeps what was written; no summary.json marks the run unfinished
+        raise
+    summary = summarize(cfg, plan, history, first_eval, last_eval, time.perf_counter() - start, policy)
+    runlog.finish(summary)
+    return summary
+
+
+def run_step(step, cfg, plan, policy, engine, task, algorithm, optimizer, ref_model, sampling, rng, timer) -> dict:
+    """One rollout boundary and one optimizer update. Returns the step record (without samples / wall_s)."""
+    timer.reset()
+    with timer.phase("step"):
+        examples = task.sample_train(rng, plan.prompts_per_step)
+        grouped = [ex for ex in examples for _ in range(plan.samples_per_prompt)]  # prompt-major: (P, G)
+        with timer.phase("generate"):
+            rollouts = engine.generate([ex.prompt for ex in grouped], sampling)
+        rewards = torch.tensor(task.score(rollouts.texts, grouped), dtype=torch.float32)  # (N,)
+        batch = collate(rollouts.prompt_ids, rollouts.response_ids, policy.tokenizer.pad_token_id, policy.model.device)
+        advantages = algorithm.compute_advantages(AdvantageInputs(
+            rewards.to(batch.response_mask.device), batch.response_mask, plan.samples_per_prompt,
+            cfg.algorithm.normalize_std))  # (N, L-1)
+        with timer.phase("train"):
+            losses = accumulate_policy_gradient(
+                policy.model, batch, advantages, plan.micro_batch_size, cfg.algorithm.clip_eps,
+                cfg.algorithm.loss_aggregation, ref_model=ref_model, kl_coef=cfg.algorithm.kl_coef)
+            grad_norm = clip_and_step(policy.model, optimizer, cfg.optim.max_grad_norm)
+    seconds = timer.reset()
+    lengths = np.array([len(r) for r in rollouts.response_ids])
+    groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)
+    return {
+        "kind": "step",
+        "step": step,
+        "prompts": plan.prompts_per_step,
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "reward/zero_std_group_frac": float((groups.std(dim=1) == 0).float().mean()),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": int(lengths.max()),
+        "response/truncated_frac": float(np.mean([eos_missing(r, policy.tokenizer.eos_token_id) for r in rollouts.response_ids])),
+        "tokens/generated": int(lengths.sum()),
+        "rollout/active_mean": rollouts.stats.get("active_mean"),
+        "time/generate": seconds["generate"],
+        "time/train": seconds["train"],
+        "time/step": seconds["step"],
+        "grad_norm/actor": grad_norm,
+        "lr/actor": optimizer.param_groups[0]["lr"],
+        **losses,
+    }
+
+
+def eos_missing(response_ids: list[int], eos_id: int) -> bool:
+    return not response_ids or response_ids[-1] != eos_id
+
+
+def summarize(cfg, plan, history, first_eval, last_eval, wall_s, policy) -> dict:
+    step_s = float(np.sum([r["time/step"] for r in history]))
+    return {
+        "finished": True,
+        "label": plan.label,
+        "seed": cfg.run.seed,
+        "steps": len(history),
+        "samples": history[-1]["samples"] if history else 0,
+        "wall_s": wall_s,
+        "eval/accuracy_start": first_eval["eval/accuracy"],
+        "eval/accuracy_end": last_eval["eval/accuracy"],
+        "time/step_mean": step_s / max(len(history), 1),
+        "time/generate_share": float(np.sum([r["time/generate"] for r in history])) / step_s if step_s else None,
+        "time/train_share": float(np.sum([r["time/train"] for r in history])) / step_s if step_s else None,
+        "samples_per_s": (history[-1]["samples"] / step_s) if step_s else None,
+        "model_params": policy.num_params,
+        "batchscale_version": __version__,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }

@@ -1,0 +1,24 @@
+"""Shared fixtures: a small random-init model directory (no warm start) for fast trainer tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def random_model_dir(tmp_path_factory):
+    """A 2-layer Llama with the built-in character tokenizer, saved like any local HF checkpoint."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from batchscale.policy.tokenizer import build_char_tokenizer
+
+    path = tmp_path_factory.mktemp("random-model")
+    tokenizer = build_char_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

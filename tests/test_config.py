@@ -1,0 +1,97 @@
+"""Config: loading, overrides, derived plan, and every config error failing before compute with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchscale.cli import main
+from batchscale.config import derive_plan, load_config, parse_override, scale_lr
+from batchscale.errors import UserError
+
+
+def test_defaults_derive_one_consistent_plan():
+    plan = derive_plan(load_config(None))
+    assert plan.samples_per_step == plan.prompts_per_step * plan.samples_per_prompt == 128
+    assert plan.accumulation_steps == 128 // 32
+    assert plan.num_steps * plan.samples_per_step >= plan.budget_samples
+
+
+@pytest.mark.parametrize("rule, exponent", [("sqrt", 0.5), ("linear", 1.0), ("none", 0.0), (0.25, 0.25)])
+def test_lr_scaling_rules(rule, exponent):
+    cfg = load_config(None, ["batch.prompts_per_step=64", "batch.samples_per_prompt=8", "batch.reference_samples_per_step=128",
+                             "optim.lr=1e-4", f"optim.lr_rule={rule}"])
+    plan = derive_plan(cfg)
+    assert plan.lr == pytest.approx(1e-4 * (512 / 128) ** exponent)
+    assert plan.lr_exponent == exponent
+
+
+def test_sqrt_rule_doubles_batch_times_sqrt2():
+    assert scale_lr(1e-4, 256, 128, 0.5) == pytest.approx(1e-4 * 2**0.5)
+    assert scale_lr(3e-4, 128, 128, 0.5) == pytest.approx(3e-4)
+
+
+def test_overrides_parse_toml_values_and_plain_strings():
+    assert parse_override("batch.prompts_per_step=64") == (["batch", "prompts_per_step"], 64)
+    assert parse_override("optim.lr=1e-4") == (["optim", "lr"], 1e-4)
+    assert parse_override("optim.lr_rule=sqrt") == (["optim", "lr_rule"], "sqrt")
+    assert parse_override("algorithm.normalize_std=false") == (["algorithm", "normalize_std"], False)
+
+
+def test_toml_file_and_override_precedence(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[batch]\nprompts_per_step = 8\nsamples_per_prompt = 4\nmicro_batch_size = 8\n[optim]\nbetas = [0.9, 0.95]\n')
+    cfg = load_config(path, ["batch.prompts_per_step=16"])
+    assert (cfg.batch.prompts_per_step, cfg.batch.samples_per_prompt, cfg.optim.betas) == (16, 4, (0.9, 0.95))
+
+
+BAD = [
+    (["batch.prompts_per_step=0"], "batch.prompts_per_step", "greater than or equal to 1"),
+    (["batch.samples_per_prompt=1"], "batch.samples_per_prompt", "at least 2"),
+    (["batch.micro_batch_size=48"], "batch.micro_batch_size", "not divisible"),
+    (["optim.lr=0"], "optim.lr", "greater than 0"),
+    (["optim.lr=-1e-3"], "optim.lr", "greater than 0"),
+    (["batch.prompts_per_step=1.5"], "batch.prompts_per_step", "integer"),
+    (["batch.prompts_per_step='64'"], "batch.prompts_per_step", "integer"),
+    (["batch.prompt_per_step=64"], "batch.prompt_per_step", "did you mean 'prompts_per_step'"),
+    (["optim.lr_rule=cubic"], "optim.lr_rule", "sqrt"),
+    (["algorithm.name=dpo"], "algorithm.name", "grpo"),
+    (["run.budget_samples=64"], "run.budget_samples", "smaller than one step"),
+    (["sampling.top_p=1.5"], "sampling.top_p", "less than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, phrase", BAD)
+def test_bad_config_is_one_clear_error(overrides, field, phrase):
+    with pytest.raises(UserError) as info:
+        load_config(None, overrides)
+    assert info.value.field == field
+    assert phrase in str(info.value)
+    assert "Fix:" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("overrides, field, phrase", BAD[:4])
+def test_cli_exits_2_without_traceback_and_writes_nothing(tmp_path, capsys, overrides, field, phrase):
+    out = tmp_path / "run"
+    args = ["train", "--out", str(out)]
+    for item in overrides:
+        args += ["--set", item]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {field}") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_missing_and_malformed_config_files(tmp_path, capsys):
+    assert main(["train", str(tmp_path / "nope.toml")]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[batch\nprompts_per_step = 3")
+    assert main(["train", str(bad)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_existing_run_dir_is_refused_before_compute(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "step"}) + "\n")
+    assert main(["train", "--out", str(tmp_path), "--set", "run.budget_samples=128"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
