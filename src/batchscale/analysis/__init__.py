@@ -1,0 +1,18 @@
+"""The learning side of "When Do Larger Batches Help Scale LLM Reinforcement Learning?" (arXiv 2608.29296).
+
+Reads run directories only (run.json + metrics.jsonl, see DESIGN.md), never the training stack, so imported verl / OpenRLHF /
+TRL runs analyse the same as native ones. Pipeline, one module per step:
+
+    runs       read and group run directories by label
+    curves     J(N) per seed on a common sample grid
+    targets    samples-to-target N* (first crossing), updates-to-target, rN
+    bootstrap  mean and percentile-bootstrap CI over seeds, with censoring
+    alignment  does a label's mean curve stay within the reference's seed-to-seed band?
+    gradnoise  gradient-norm proxy vs samples_per_step, log-log slope, B_simple (McCandlish et al. 2018)
+    plots, report   PNG figures and report.md
+    analyze    orchestration -> analysis.json
+"""
+
+from batchscale.analysis.analyze import analyze
+
+__all__ = ["analyze"]

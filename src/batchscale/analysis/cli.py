@@ -1,0 +1,76 @@
+"""`batchscale analyze DIR`: samples-to-target, rN, invariance and gradient noise from run directories.
+
+Writes analysis.json, four PNGs and report.md into DIR (or --out). Prints a table to stdout and warnings to stderr; with
+`--json` prints only the analysis.json document to stdout. Never imports the training stack.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from batchscale.analysis.runs import AnalysisWarning
+
+
+def analyze(
+    path: Annotated[Path, typer.Argument(help="A run directory, a directory of run directories, or a sweep directory.")],
+    target: Annotated[
+        Optional[float], typer.Option("--target", help="Target eval score (default: 80% of the reference's rise).")
+    ] = None,
+    reference: Annotated[
+        Optional[str], typer.Option("--reference", help="Reference label (default: smallest sqrt-LR batch).")
+    ] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default: PATH).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print only the analysis.json document.")] = False,
+) -> None:
+    """Compare runs at equal cumulative samples: N* per label with bootstrap CIs, rN, alignment, B_simple."""
+    from batchscale.analysis.analyze import analyze as run_analysis
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AnalysisWarning)
+        result = run_analysis(path, target=target, reference=reference, out=out)
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, AnalysisWarning)):
+        typer.echo(f"warning: {message}", err=True)
+    if json_out:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    print_table(result, out if out is not None else path)
+
+
+def print_table(result: dict, out_dir: Path) -> None:
+    """Rich table of the per-label results, then the summary lines."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from batchscale.analysis.plots import ordered_labels
+    from batchscale.analysis.report import format_number
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"Learning side: reference {result['reference']}, target {result['target']:.4g}")
+    for name in ("label", "B", "lr", "N* [95% CI] (reached)", "rN", "updates", "update ratio", "aligned", "|g| actor"):
+        table.add_column(name, justify="left" if name == "label" else "right")
+    for label in ordered_labels(result):
+        config = result["configs"][label]
+        n_star = config["samples_to_target"]
+        ci = "" if n_star["ci_low"] is None else f" [{n_star['ci_low']:,.0f}, {n_star['ci_high']:,.0f}]"
+        mean = "censored" if n_star["mean"] is None else f"{n_star['mean']:,.0f}"
+        table.add_row(
+            label + (" (ref)" if label == result["reference"] else ""),
+            format_number(config["samples_per_step"]), format_number(config["lr"]),
+            f"{mean}{ci} ({n_star['reached']}/{n_star['reached'] + n_star['censored']})",
+            format_number(config["r_n"]), format_number(config["updates_to_target"], 4),
+            format_number(config["update_ratio"]), format_number(config["aligned"]),
+            format_number(config["grad_norm_actor"]),
+            style="bold" if label == result["reference"] else None,
+        )
+    console.print(table)
+    console.print(
+        f"actor grad-norm slope {format_number(result['grad_norm_slope'])}, "
+        f"B_simple {format_number(result['b_simple'])}. Report: {Path(out_dir) / 'report.md'}",
+        highlight=False,
+    )

@@ -1,0 +1,118 @@
+"""The four learning-side figures of the paper, as PNGs (matplotlib, Agg backend: no display needed).
+
+- J vs samples: seed-mean curve per label with a +-1 seed-sd band and the target line (the invariance picture);
+- J vs steps: the same curves indexed by optimizer updates (larger batches look faster here; that is the point);
+- gradient norm vs samples_per_step on log-log axes, with the fitted slope over its range and sqrt(a + b/B);
+- rN vs samples_per_step with the N* bootstrap CI propagated as ci / mean N*(reference), and rN = 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+import numpy as np  # noqa: E402
+
+PLOT_FILES = {
+    "curves_samples": "j_vs_samples.png",
+    "curves_steps": "j_vs_steps.png",
+    "grad_norm": "grad_norm_vs_batch.png",
+    "r_n": "r_n_vs_batch.png",
+}
+
+
+def save_figure(fig, temporary: Path) -> Path:
+    """Save as PNG under a temporary name (the extension does not say PNG, so the format is explicit)."""
+    for ax in fig.axes:
+        if ax.get_legend_handles_labels()[0]:  # an empty legend only draws a warning
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(temporary, format="png", dpi=120)
+    plt.close(fig)
+    return temporary
+
+
+def ordered_labels(result: dict) -> list[str]:
+    """Labels by samples_per_step, then name: legends read small to large."""
+    return sorted(result["configs"], key=lambda label: (result["configs"][label]["samples_per_step"], label))
+
+
+def plot_curves(result: dict, details: dict, curve_key: str, xlabel: str, temporary: Path) -> Path:
+    """Seed-mean score curves with +-1 sd bands; the reference is drawn thicker."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label in ordered_labels(result):
+        curve = details["labels"][label][curve_key]
+        if curve["grid"].size == 0:
+            continue
+        width = 2.5 if label == result["reference"] else 1.3
+        (line,) = ax.plot(curve["grid"], curve["mean"], lw=width, label=label)
+        ax.fill_between(curve["grid"], curve["mean"] - curve["std"], curve["mean"] + curve["std"], alpha=0.15,
+                        color=line.get_color())
+    ax.axhline(result["target"], color="k", ls="--", lw=1, label=f"target {result['target']:.3g}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("eval score J")
+    return save_figure(fig, temporary)
+
+
+def plot_grad_norm(details: dict, temporary: Path) -> Path:
+    """Gradient-norm proxy vs batch (log-log) for actor and critic, with fitted slope and noise-scale curves."""
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for network, fit in (details.get("grad_noise") or {}).items():
+        if not fit:
+            continue
+        batches, norms = np.array(fit["samples_per_step"]), np.array(fit["grad_norm"])
+        (points,) = ax.plot(batches, norms, "o", label=f"{network} |g|")
+        if fit["slope"] is not None:
+            low, high = fit["slope_range"]
+            in_range = (batches >= low) & (batches <= high)
+            anchor_b, anchor_g = np.exp(np.mean(np.log(batches[in_range]))), np.exp(np.mean(np.log(norms[in_range])))
+            span = np.array([low, high])
+            ax.plot(span, anchor_g * (span / anchor_b) ** fit["slope"], "-", color=points.get_color(),
+                    label=f"{network} slope {fit['slope']:.3f}")
+        if fit["a"] is not None and fit["a"] > 0 and fit["b"] is not None and fit["b"] > 0:
+            dense = np.geomspace(batches.min(), batches.max(), 100)
+            ax.plot(dense, np.sqrt(fit["a"] + fit["b"] / dense), ":", color=points.get_color(),
+                    label=f"{network} fit, B_simple {fit['b_simple']:.3g}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("samples_per_step B")
+    ax.set_ylabel("mean gradient norm")
+    return save_figure(fig, temporary)
+
+
+def plot_r_n(result: dict, temporary: Path) -> Path:
+    """rN per label against its batch size, marked by aligned / not aligned."""
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    reference_n = result["configs"][result["reference"]]["samples_to_target"]["mean"]
+    for label in ordered_labels(result):
+        config = result["configs"][label]
+        if config["r_n"] is None:
+            continue
+        n_star = config["samples_to_target"]
+        error = None
+        if n_star["ci_low"] is not None and reference_n:
+            error = [[config["r_n"] - n_star["ci_low"] / reference_n], [n_star["ci_high"] / reference_n - config["r_n"]]]
+        marker = "o" if config["aligned"] else "x"
+        ax.errorbar(config["samples_per_step"], config["r_n"], yerr=error, fmt=marker, capsize=3, label=label)
+    ax.axhline(1.0, color="k", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("samples_per_step B")
+    ax.set_ylabel("rN = N*(B) / N*(B_ref)")
+    return save_figure(fig, temporary)
+
+
+def render_plots(result: dict, details: dict, out_dir: Path) -> dict[str, Path]:
+    """All four PNGs under temporary names; returns {final file name: temporary path}."""
+    def temporary(key: str) -> Path:
+        return out_dir / f".{PLOT_FILES[key]}.tmp"
+
+    return {
+        PLOT_FILES["curves_samples"]: plot_curves(result, details, "curve", "cumulative samples N",
+                                                  temporary("curves_samples")),
+        PLOT_FILES["curves_steps"]: plot_curves(result, details, "step_curve", "optimizer steps", temporary("curves_steps")),
+        PLOT_FILES["grad_norm"]: plot_grad_norm(details, temporary("grad_norm")),
+        PLOT_FILES["r_n"]: plot_r_n(result, temporary("r_n")),
+    }

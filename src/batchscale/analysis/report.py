@@ -1,0 +1,121 @@
+"""report.md for the learning side: the table behind analysis.json, the alignment verdicts with their statistic, where
+alignment breaks, the gradient-noise summary, and every warning (censoring, target outside the scores, skipped runs).
+Each number names how it was measured, as DESIGN.md asks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchscale.analysis import alignment, bootstrap, targets
+from batchscale.analysis.plots import PLOT_FILES, ordered_labels, render_plots
+
+
+def format_number(value, digits: int = 3) -> str:
+    """Compact number; '-' for missing, so censored and undefined cells read as such."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def format_samples_to_target(n_star: dict) -> str:
+    """mean [ci_low, ci_high] (reached/total)."""
+    text = format_number(n_star["mean"], 4)
+    if n_star["ci_low"] is not None:
+        text += f" [{format_number(n_star['ci_low'], 4)}, {format_number(n_star['ci_high'], 4)}]"
+    return text + f" ({n_star['reached']}/{n_star['reached'] + n_star['censored']})"
+
+
+def build_table_rows(result: dict, details: dict) -> list[list[str]]:
+    """One row per label, in batch order: the columns the CLI table also shows."""
+    rows = []
+    for label in ordered_labels(result):
+        config, extra = result["configs"][label], details["labels"][label]
+        rows.append([
+            label + (" (ref)" if label == result["reference"] else ""),
+            format_number(config["samples_per_step"]),
+            format_number(extra["lr_rule"]),
+            format_number(config["lr"]),
+            format_samples_to_target(config["samples_to_target"]),
+            format_number(config["r_n"]),
+            format_number(config["updates_to_target"], 4),
+            format_number(config["update_ratio"]),
+            format_number(config["aligned"]) + f" (D={format_number(extra['alignment']['statistic'], 2)})",
+            format_number(config["grad_norm_actor"]),
+        ])
+    return rows
+
+
+TABLE_HEADER = ["label", "B", "lr rule", "lr", "N* mean [95% CI] (reached)", "rN", "updates", "update ratio",
+                "aligned", "|g| actor"]
+
+
+def render_report(result: dict, details: dict) -> str:
+    """The markdown report."""
+    lines = [
+        "# Learning side: samples-to-target, invariance, gradient noise",
+        "",
+        f"Reference: `{result['reference']}`. Target score: {result['target']:.4g} ({details['target_rule']}).",
+        "",
+        "| " + " | ".join(TABLE_HEADER) + " |",
+        "|" + "---|" * len(TABLE_HEADER),
+        *("| " + " | ".join(row) + " |" for row in build_table_rows(result, details)),
+        "",
+        "## How these were measured",
+        f"- N*: first crossing of the target per seed, linear interpolation between eval points; a seed that never reaches "
+        f"it is censored. Mean and {bootstrap.DEFAULT_CONFIDENCE:.0%} percentile-bootstrap CI "
+        f"({bootstrap.DEFAULT_RESAMPLES} resamples) over the seeds that reached it; '(reached/total)' counts them.",
+        "- rN = mean N*(label) / mean N*(reference); updates = N*/samples_per_step; update ratio against the reference "
+        "(ideal for a doubled batch: 0.5).",
+        f"- aligned: D = mean |J_label - J_ref| / mean pooled seed sd over the common sample range; aligned when "
+        f"D <= {alignment.ALIGNMENT_THRESHOLD}.",
+        f"- default target rule: {targets.DEFAULT_TARGET_FRACTION:.0%} of the way from the reference's initial to best mean "
+        "score (used unless --target is given).",
+        "",
+        "## Batch-size invariance",
+        f"Family compared (lr_rule of the reference): {', '.join(f'`{label}`' for label in details['family'])}.",
+    ]
+    breaking = details.get("alignment_break")
+    lines.append(
+        f"Alignment breaks at samples_per_step = {breaking}." if breaking is not None
+        else "Alignment does not break within the family measured."
+    )
+    for label in ordered_labels(result):
+        measured = details["labels"][label]["alignment"]
+        if label == result["reference"]:
+            lines.append(f"- `{label}`: the reference")
+        elif measured["statistic"] is None:
+            lines.append(f"- `{label}`: undetermined ({measured['reason']})")
+        else:
+            direction = "faster" if measured["signed"] > 0 else "slower"
+            lines.append(f"- `{label}`: D = {measured['statistic']:.2f}, signed {measured['signed']:+.2f} "
+                         f"({direction} per sample than the reference on average)")
+    lines += ["", "## Gradient noise (critical training batch)",
+              f"Proxy: mean gradient norm over step records up to {format_number(details.get('grad_window_samples'))} "
+              "samples (the same window for every label); fit |g|^2 = a + b/B by relative least squares, "
+              "B_simple = b/a (McCandlish et al. 2018)."]
+    for network, fit in (details.get("grad_noise") or {}).items():
+        if not fit:
+            lines.append(f"- {network}: no `grad_norm/{network}` in the step records")
+            continue
+        low, high = fit["slope_range"]
+        lines.append(f"- {network}: log-log slope {format_number(fit['slope'])} over B = {low:g}..{high:g} "
+                     f"(pure noise: -0.5); a = {format_number(fit['a'])}, b = {format_number(fit['b'])}, "
+                     f"B_simple = {format_number(fit['b_simple'])}" + (f" ({fit['note']})" if fit["note"] else ""))
+    if details.get("warnings"):
+        lines += ["", "## Warnings", *(f"- {message}" for message in details["warnings"])]
+    lines += ["", "## Figures", *(f"![{key}]({name})" for key, name in PLOT_FILES.items()), ""]
+    return "\n".join(lines)
+
+
+def render_outputs(result: dict, details: dict, out_dir: Path) -> dict[str, Path]:
+    """Plots and report.md under temporary names: {final file name: temporary path}."""
+    files = render_plots(result, details, out_dir)
+    temporary = out_dir / ".report.md.tmp"
+    temporary.write_text(render_report(result, details))
+    files["report.md"] = temporary
+    return files

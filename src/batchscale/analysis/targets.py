@@ -1,0 +1,56 @@
+"""Samples-to-target N*, updates-to-target and the samples-to-target penalty rN (paper: T = N*/q, rN = N*(B)/N*(B_ref)).
+
+N* of one seed is the *first* crossing of the target: the first eval whose score is >= target, linearly interpolated
+between it and the eval before it. A curve that dips back below the target later keeps its first crossing (the paper's
+"first N at which J reaches the target"); a seed that never reaches the target is censored (None), not dropped.
+If the very first eval already meets the target, N* is that eval's sample count (usually 0).
+
+Updates-to-target = N* / samples_per_step (single pass: one optimizer update per rollout batch).
+
+Default target (when the user gives none): 80% of the way from the reference's initial mean score to the best score its
+seed-mean curve reaches. Anchoring on the reference keeps the target reachable by the configuration everything is compared
+to, and 80% sits on the still-rising part of the curve, where N* separates configurations, rather than on a noisy plateau.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+DEFAULT_TARGET_FRACTION = 0.8
+
+
+def find_samples_to_target(samples: np.ndarray, scores: np.ndarray, target: float) -> float | None:
+    """First N at which the score reaches `target` (linear interpolation between evals); None if never (censored)."""
+    reached = np.flatnonzero(scores >= target)
+    if reached.size == 0:
+        return None
+    i = int(reached[0])
+    if i == 0:
+        return float(samples[0])
+    n_before, n_after = samples[i - 1], samples[i]
+    j_before, j_after = scores[i - 1], scores[i]
+    # j_before < target <= j_after, so the slope is positive and the fraction lies in (0, 1].
+    fraction = (target - j_before) / (j_after - j_before)
+    return float(n_before + fraction * (n_after - n_before))
+
+
+def compute_updates_to_target(samples_to_target: float | None, samples_per_step: float) -> float | None:
+    """Optimizer updates needed to reach the target: N* / samples_per_step."""
+    if samples_to_target is None:
+        return None
+    return samples_to_target / samples_per_step
+
+
+def compute_ratio(value: float | None, reference_value: float | None) -> float | None:
+    """value / reference_value (rN for N*, update ratio for updates); None when either is missing or the reference is 0."""
+    if value is None or reference_value is None or reference_value <= 0 or not math.isfinite(reference_value):
+        return None
+    return value / reference_value
+
+
+def choose_default_target(grid: np.ndarray, mean_scores: np.ndarray, fraction: float = DEFAULT_TARGET_FRACTION) -> float:
+    """`fraction` of the way from the reference's initial mean score to its best mean score."""
+    initial, best = float(mean_scores[0]), float(np.max(mean_scores))
+    return initial + fraction * (best - initial)

@@ -1,0 +1,108 @@
+"""Reading run directories: layouts, truncated last line, corrupt files, skipped dirs, resumed duplicates."""
+
+import json
+
+import numpy as np
+import pytest
+
+from batchscale.analysis.curves import build_common_grid, extract_eval_curve, smooth_scores, summarize_seed_curves
+from batchscale.analysis.runs import AnalysisWarning, find_run_dirs, load_runs, read_run
+from batchscale.analysis.synthetic import write_synthetic_run
+from batchscale.errors import UserError
+
+
+def write_run(run_dir, label="a", seed=0, records=None, samples_per_step=64):
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"label": label, "seed": seed, "samples_per_step": samples_per_step}))
+    records = records if records is not None else [
+        {"kind": "eval", "step": 0, "samples": 0, "wall_s": 0, "eval/accuracy": 0.1},
+        {"kind": "step", "step": 1, "samples": 64, "wall_s": 1, "grad_norm/actor": 1.0},
+        {"kind": "eval", "step": 1, "samples": 64, "wall_s": 1, "eval/accuracy": 0.3},
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def test_layouts_single_run_dir_of_runs_and_sweep(tmp_path):
+    single = write_run(tmp_path / "single")
+    assert find_run_dirs(single) == [single]
+    write_run(tmp_path / "flat" / "a__s0")
+    write_run(tmp_path / "flat" / "a__s1", seed=1)
+    assert len(find_run_dirs(tmp_path / "flat")) == 2
+    write_run(tmp_path / "sweep" / "runs" / "a__s0")
+    (tmp_path / "sweep" / "runs" / "notes").mkdir()
+    with pytest.warns(AnalysisWarning, match="no run.json"):
+        assert [p.name for p in find_run_dirs(tmp_path / "sweep")] == ["a__s0"]
+
+
+def test_no_runs_is_user_error(tmp_path):
+    with pytest.raises(UserError) as error:
+        find_run_dirs(tmp_path)
+    assert error.value.field == "path" and "no run directories" in error.value.rule
+
+
+def test_truncated_last_line_dropped_with_warning(tmp_path):
+    run_dir = write_run(tmp_path / "r")
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "eval", "step": 2, "samp')
+    with pytest.warns(AnalysisWarning, match="truncated"):
+        run = read_run(run_dir)
+    assert [r["step"] for r in run.evals] == [0, 1]
+
+
+def test_corrupt_middle_line_is_user_error(tmp_path):
+    run_dir = write_run(tmp_path / "r")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines.insert(1, "{not json")
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match="line 2"):
+        read_run(run_dir)
+
+
+def test_resumed_duplicate_records_last_one_wins(tmp_path):
+    records = [
+        {"kind": "eval", "step": 0, "samples": 0, "wall_s": 0, "eval/accuracy": 0.1},
+        {"kind": "step", "step": 1, "samples": 64, "wall_s": 1, "grad_norm/actor": 9.0},
+        {"kind": "step", "step": 1, "samples": 64, "wall_s": 2, "grad_norm/actor": 1.0},
+        {"kind": "eval", "step": 1, "samples": 64, "wall_s": 2, "eval/score": 0.4},
+    ]
+    run = read_run(write_run(tmp_path / "r", records=records))
+    assert [r["grad_norm/actor"] for r in run.steps] == [1.0]
+    samples, scores = extract_eval_curve(run)
+    assert samples.tolist() == [0.0, 64.0] and scores.tolist() == [0.1, 0.4]  # eval/score when no eval/accuracy
+
+
+def test_missing_run_json_keys_and_inconsistent_labels(tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "run.json").write_text(json.dumps({"label": "a"}))
+    (bad / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match="missing keys"):
+        read_run(bad)
+    write_run(tmp_path / "mixed" / "a__s0", samples_per_step=64)
+    write_run(tmp_path / "mixed" / "a__s1", seed=1, samples_per_step=128)
+    with pytest.raises(UserError, match="samples_per_step"):
+        load_runs(tmp_path / "mixed")
+
+
+def test_runs_grouped_by_label_seeds_sorted(tmp_path):
+    for label, seed in [("b", 1), ("a", 0), ("b", 0)]:
+        write_synthetic_run(tmp_path / f"{label}__s{seed}", label, seed, prompts_per_step=8, total_samples=1024)
+    by_label = load_runs(tmp_path)
+    assert list(by_label) == ["a", "b"]
+    assert [r.seed for r in by_label["b"]] == [0, 1]
+
+
+def test_common_grid_and_seed_mean_stay_within_observed_ranges():
+    short = (np.array([0.0, 100.0, 200.0]), np.array([0.0, 1.0, 2.0]))
+    long = (np.array([0.0, 150.0, 300.0]), np.array([0.0, 3.0, 6.0]))
+    grid = build_common_grid([short, long])
+    assert grid.tolist() == [0.0, 100.0, 150.0, 200.0]
+    summary = summarize_seed_curves([short, long])
+    assert summary["mean"].tolist() == pytest.approx([0.0, 1.5, 2.25, 3.0])
+
+
+def test_trailing_smoothing_never_uses_future_points():
+    scores = np.array([0.0, 0.0, 1.0, 1.0])
+    assert smooth_scores(scores, 2).tolist() == [0.0, 0.0, 0.5, 1.0]
+    assert smooth_scores(scores, 1) is scores
