@@ -1,0 +1,162 @@
+"""The decision rule: time-to-target per configuration and the feasible configuration that reaches the target soonest.
+
+Follows the paper's rule (arXiv 2608.29296, "Decision rule and regimes"): time-to-target T = N*/q, with N* the
+samples-to-target and q the realized end-to-end throughput in samples/s. Relative to a reference configuration,
+
+    r_n = N* / N*_ref          (samples-to-target penalty)
+    throughput_gain = q / q_ref
+    T / T_ref = r_n / throughput_gain
+
+and the best configuration is the feasible one maximizing q / r_n, which is the one minimizing T. The argmax does not depend
+on the reference; the reference only normalizes what is shown.
+
+Departures and choices the paper leaves open:
+- A configuration is *censored* when no seed reached the target (N* unknown) and *partly censored* when some seeds did not
+  (N* is then the mean over the seeds that did, a lower bound). Neither can win: a lower bound on N* flatters exactly the
+  large batches whose curves stop aligning. Both are shown, marked.
+- Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
+  samples_per_step (less memory, nearer the aligned range), then the earlier row.
+- The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from batchscale.errors import UserError
+
+TIE_RELATIVE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class ConfigMeasurement:
+    """What the plan needs about one configuration: its learning cost and its speed on this machine."""
+
+    label: str
+    samples_to_target: float | None  # N*, samples; None when censored (no seed reached the target)
+    throughput_samples_per_s: float  # q, end-to-end samples/s
+    feasible: bool = True
+    seeds_reached: int | None = None  # None when unknown (e.g. a CSV table)
+    seeds_censored: int = 0
+    prompts_per_step: int | None = None  # P
+    samples_per_prompt: int | None = None  # G
+    samples_per_step: int | None = None  # B_train = P*G
+    extra: dict = field(default_factory=dict)  # source-specific numbers passed through to JSON (e.g. phase times)
+
+    @property
+    def censoring(self) -> str:
+        """'reached' (every seed reached the target), 'partly censored' or 'censored' (none did)."""
+        if self.samples_to_target is None or self.seeds_reached == 0:
+            return "censored"
+        return "partly censored" if self.seeds_censored > 0 else "reached"
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One configuration's decision numbers, all relative to the reference. Ratios are None when N* is unknown."""
+
+    measurement: ConfigMeasurement
+    r_n: float | None
+    throughput_gain: float
+    time_to_target_s: float | None  # T = N*/q
+    normalized_time_to_target: float | None  # T/T_ref = r_n / throughput_gain
+    score: float | None  # q/r_n relative to the reference: throughput_gain / r_n = T_ref/T
+    eligible: bool  # feasible and every seed reached the target
+
+    @property
+    def label(self) -> str:
+        return self.measurement.label
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision table and its winner (None when no row is eligible)."""
+
+    reference: str
+    rows: list[PlanRow]
+    best: str | None
+
+    def row(self, label: str) -> PlanRow:
+        return next(r for r in self.rows if r.label == label)
+
+
+def compute_plan(measurements: list[ConfigMeasurement], reference: str) -> Plan:
+    """Compute r_n, throughput gain, T and T/T_ref for every configuration and pick the feasible fastest to target."""
+    if not measurements:
+        raise UserError("table", "has no configurations", "give at least the reference configuration")
+    by_label: dict[str, ConfigMeasurement] = {}
+    for m in measurements:
+        if m.label in by_label:
+            raise UserError(f"label {m.label!r}", "appears more than once", "give each configuration one row")
+        by_label[m.label] = m
+        _check_positive(m)
+    if reference not in by_label:
+        raise UserError(
+            "reference", f"{reference!r} is not one of the labels {sorted(by_label)}", "pass --reference with one of them"
+        )
+    ref = by_label[reference]
+    if not ref.feasible:
+        raise UserError(
+            f"reference {reference!r}", "is marked infeasible", "choose a configuration that runs on this machine"
+        )
+    if ref.censoring == "censored":
+        raise UserError(
+            f"reference {reference!r}",
+            "never reached the target, so samples-to-target ratios are undefined",
+            "lower the target or choose a reference that reaches it",
+        )
+    rows = [_compute_row(m, ref) for m in measurements]
+    return Plan(reference=reference, rows=rows, best=_pick_best(rows))
+
+
+def _check_positive(m: ConfigMeasurement) -> None:
+    """Throughput and N* enter as divisors and ratios: both must be finite and > 0."""
+    q = m.throughput_samples_per_s
+    if not (math.isfinite(q) and q > 0):
+        raise UserError(f"label {m.label!r} throughput", f"must be a positive number of samples/s, got {q}", "fix it")
+    n = m.samples_to_target
+    if n is not None and not (math.isfinite(n) and n > 0):
+        raise UserError(
+            f"label {m.label!r} samples_to_target",
+            f"must be a positive number of samples, got {n}",
+            "fix the value, or mark the configuration censored if it never reached the target",
+        )
+
+
+def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
+    gain = m.throughput_samples_per_s / ref.throughput_samples_per_s
+    if m.samples_to_target is None:
+        return PlanRow(m, None, gain, None, None, None, eligible=False)
+    r_n = m.samples_to_target / ref.samples_to_target
+    time_s = m.samples_to_target / m.throughput_samples_per_s
+    return PlanRow(
+        measurement=m,
+        r_n=r_n,
+        throughput_gain=gain,
+        time_to_target_s=time_s,
+        normalized_time_to_target=r_n / gain,
+        score=gain / r_n,
+        eligible=m.feasible and m.censoring == "reached",
+    )
+
+
+def _pick_best(rows: list[PlanRow]) -> str | None:
+    """Label of the eligible row with the smallest T; ties (see module docstring) to smaller r_n, then smaller batch."""
+    eligible = [(i, r) for i, r in enumerate(rows) if r.eligible]
+    if not eligible:
+        return None
+    fastest_s = min(r.time_to_target_s for _, r in eligible)
+    tied = [(i, r) for i, r in eligible if r.time_to_target_s <= fastest_s * (1 + TIE_RELATIVE_TOLERANCE)]
+
+    def tie_key(index_row: tuple[int, PlanRow]) -> tuple[float, float, int]:
+        index, row = index_row
+        batch = row.measurement.samples_per_step
+        return (row.r_n, batch if batch is not None else float("inf"), index)
+
+    return min(tied, key=tie_key)[1].label
+
+
+def rank_rows(plan: Plan) -> list[PlanRow]:
+    """Rows with a known T, fastest first (eligible or not); censored rows are left out."""
+    return sorted((r for r in plan.rows if r.time_to_target_s is not None), key=lambda r: r.time_to_target_s)

@@ -1,0 +1,137 @@
+"""Words for the decision: the regime (which critical batch comes first) and one sentence on why the winner wins.
+
+Regime, after the paper (arXiv 2608.29296, "Decision rule and regimes"): compare the critical generation batch (the knee of
+decode throughput against samples in flight) with the critical training batch (B_simple = b/a from the fit
+|g|^2 = a + b/B, McCandlish et al. 2018, in samples per step). Both are counted in samples, so they compare directly.
+- generation knee first: throughput stops growing while rN is still near 1, so a broad range of batches is near-optimal and
+  pushing further eventually raises T;
+- training critical batch first: rN starts growing while throughput still improves, so the optimum can lie beyond B_simple
+  when the throughput gain keeps outpacing the penalty.
+Departure: the paper states the regimes qualitatively; here the two estimates are compared directly and the sentence says the
+call is tentative when they lie within `TENTATIVE_RATIO` of each other (both are noisy estimates). A missing or
+non-positive estimate gives "unknown".
+
+The explanation names the winner's rN, throughput gain and T/T_ref, then one loser: the next larger eligible batch when
+there is one (why going bigger stops paying), else the runner-up; and the fastest row that was ruled out (infeasible or
+censored), if it would have been faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batchscale.plan.decide import Plan, PlanRow, rank_rows
+
+TENTATIVE_RATIO = 1.5
+
+
+@dataclass(frozen=True)
+class Regime:
+    name: str  # "generation-knee-first", "training-critical-first" or "unknown"
+    sentence: str
+    critical_generation_batch_samples: float | None  # samples in flight at the generation knee
+    critical_training_batch_samples: float | None  # B_simple, samples per step
+
+
+def classify_regime(critical_generation_batch: float | None, critical_training_batch: float | None) -> Regime:
+    """Which critical batch comes first, and what that means for where the optimum lies."""
+    gen = critical_generation_batch if _is_positive(critical_generation_batch) else None
+    train = critical_training_batch if _is_positive(critical_training_batch) else None
+    if gen is None or train is None:
+        missing = []
+        if gen is None:
+            missing.append("the critical generation batch (give a generation profile with a knee)")
+        if train is None:
+            missing.append("the critical training batch (analysis.json b_simple)")
+        return Regime("unknown", "Unknown: missing " + " and ".join(missing) + ".", gen, train)
+    if gen < train:
+        name = "generation-knee-first"
+        sentence = (
+            f"Generation knee first: decode throughput saturates near {gen:.0f} samples in flight, before the critical "
+            f"training batch B_simple ~ {train:.0f} samples/step, so expect a broad near-optimal region while rN stays near "
+            f"1; pushing the batch further eventually raises T."
+        )
+    else:
+        name = "training-critical-first"
+        sentence = (
+            f"Training critical batch first: B_simple ~ {train:.0f} samples/step comes before the generation knee near "
+            f"{gen:.0f} samples in flight, so rN grows past B_simple, but the optimum can lie beyond it while throughput "
+            f"keeps improving faster than rN."
+        )
+    if max(gen, train) / min(gen, train) < TENTATIVE_RATIO:
+        sentence = sentence[:-1] + f" (tentative: the two lie within {TENTATIVE_RATIO}x of each other)."
+    return Regime(name, sentence, gen, train)
+
+
+def explain_decision(plan: Plan) -> str:
+    """One sentence: why the winner wins, naming its rN, throughput gain and T/T_ref, and why a rival loses."""
+    if plan.best is None:
+        return _explain_no_winner(plan)
+    winner = plan.row(plan.best)
+    parts = [_describe_winner(winner, plan.reference)]
+    loser = _pick_loser(plan, winner)
+    if loser is not None:
+        parts.append(_describe_loser(loser, winner))
+    ruled_out = [r for r in rank_rows(plan) if not r.eligible and r.time_to_target_s < winner.time_to_target_s]
+    if ruled_out:
+        r = ruled_out[0]
+        parts.append(f"{r.label} would be faster (T/T_ref = {r.normalized_time_to_target:.2f}) but is {_why_ineligible(r)}")
+    return "; ".join(parts) + "."
+
+
+def _describe_winner(w: PlanRow, reference: str) -> str:
+    if w.label == reference:
+        return f"{w.label} (the reference) wins: no other eligible configuration's throughput gain covers its rN"
+    if w.r_n >= 1:
+        cost = f"a {w.r_n:.2f}x sample penalty (rN)"
+    else:
+        cost = f"rN {w.r_n:.2f} (fewer samples than the reference)"
+    return f"{w.label} wins: {w.throughput_gain:.2f}x throughput for {cost}, T/T_ref = {w.normalized_time_to_target:.2f}"
+
+
+def _describe_loser(r: PlanRow, w: PlanRow) -> str:
+    if r.r_n > r.throughput_gain:
+        return (
+            f"{r.label} loses: rN {r.r_n:.2f} outweighs its {r.throughput_gain:.2f}x throughput, "
+            f"T/T_ref = {r.normalized_time_to_target:.2f}"
+        )
+    return (
+        f"{r.label} loses: its {r.throughput_gain:.2f}x throughput for rN {r.r_n:.2f} gives "
+        f"T/T_ref = {r.normalized_time_to_target:.2f}, above {w.label}'s {w.normalized_time_to_target:.2f}"
+    )
+
+
+def _pick_loser(plan: Plan, w: PlanRow) -> PlanRow | None:
+    """The next larger eligible batch than the winner's if batch sizes are known, else the eligible runner-up."""
+    others = [r for r in plan.rows if r.eligible and r.label != w.label]
+    w_batch = w.measurement.samples_per_step
+    if w_batch is not None:
+        larger = [r for r in others if (r.measurement.samples_per_step or 0) > w_batch]
+        if larger:
+            return min(larger, key=lambda r: (r.measurement.samples_per_step, r.time_to_target_s))
+    return min(others, key=lambda r: r.time_to_target_s, default=None)
+
+
+def _why_ineligible(r: PlanRow) -> str:
+    m = r.measurement
+    reasons = []
+    if not m.feasible:
+        reasons.append("infeasible on this machine")
+    if m.censoring == "partly censored":
+        reasons.append(f"partly censored ({m.seeds_censored} seed(s) never reached the target, so its N* is a lower bound)")
+    return " and ".join(reasons)
+
+
+def _explain_no_winner(plan: Plan) -> str:
+    infeasible = [r.label for r in plan.rows if not r.measurement.feasible]
+    censored = [r.label for r in plan.rows if r.measurement.feasible and r.measurement.censoring != "reached"]
+    reasons = []
+    if infeasible:
+        reasons.append("infeasible: " + ", ".join(infeasible))
+    if censored:
+        reasons.append("censored in at least one seed: " + ", ".join(censored))
+    return "No configuration can be recommended: every row is ruled out (" + "; ".join(reasons) + ")."
+
+
+def _is_positive(x: float | None) -> bool:
+    return x is not None and x == x and 0 < x < float("inf")
