@@ -1,0 +1,158 @@
+"""Import other frameworks' training logs as batchscale run directories (DESIGN.md "The run log").
+
+    FORMAT        reader                         key styles it can hold
+    verl          verl.read_verl_jsonl           verl (file logger JSONL)
+    tensorboard   tensorboard.read_tensorboard   verl, OpenRLHF, TRL (detected from the tags)
+    trl           trl.read_trl_state             TRL (trainer_state.json)
+    wandb-csv     wandb_csv.read_wandb_csv       verl, OpenRLHF, TRL (detected from the columns)
+
+Pipeline: check --out -> parse the log into rows -> resolve P and G (flags, else the framework's config, else error) ->
+build records (records.py; keys mapped by the table in common.py) -> write the run directory atomically (rundir.py).
+Every problem with the input is a UserError raised before anything is written. Reading a log never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.ingest.common import ParsedLog
+from batchscale.ingest.frameworkconfig import find_config_file, read_config_file, read_run_fields
+from batchscale.ingest.records import build_records
+from batchscale.ingest.rundir import check_out_dir, summarize_records, write_run_dir
+from batchscale.ingest.tensorboard import read_tensorboard
+from batchscale.ingest.trl import read_trl_state
+from batchscale.ingest.verl import read_verl_jsonl
+from batchscale.ingest.wandb_csv import read_wandb_csv
+
+READERS = {"verl": read_verl_jsonl, "tensorboard": read_tensorboard, "trl": read_trl_state, "wandb-csv": read_wandb_csv}
+BATCH_HINTS = {
+    "verl": "data.train_batch_size and actor_rollout_ref.rollout.n",
+    "openrlhf": "--rollout_batch_size and --n_samples_per_prompt",
+    "trl": "P = per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations,"
+           " G = num_generations",
+}
+ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
+
+__all__ = ["READERS", "import_log"]
+
+
+def parse_log(fmt: str, path: Path) -> ParsedLog:
+    """Dispatch to the format's reader; unknown formats and missing paths are UserErrors."""
+    if fmt not in READERS:
+        raise UserError("FORMAT", f"unknown format '{fmt}'", f"use one of: {', '.join(READERS)}")
+    if not path.exists():
+        raise UserError("PATH", f"{path} does not exist", "pass the log file or directory to import")
+    if path.is_file() and path.stat().st_size == 0:
+        raise UserError(str(path), "the file is empty", "pass a log that holds at least one step")
+    return READERS[fmt](path)
+
+
+def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
+    """Attach the framework config (given, or a verl Hydra config.yaml found next to the log) to `parsed`."""
+    if config_path is not None:
+        if not config_path.is_file():
+            raise UserError("--config", f"{config_path} is not a file", "pass the framework's config file")
+        parsed.config, parsed.config_path = read_config_file(config_path), str(config_path)
+        return
+    found = find_config_file(path) if parsed.style == "verl" else None
+    if found is not None:  # a config we went looking for must not fail the import: note it and go on without it
+        try:
+            parsed.config, parsed.config_path = read_config_file(found), str(found)
+        except UserError as e:
+            parsed.notes.append(f"ignored {found}: {e.rule}")
+
+
+def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_prompt: int | None) -> dict:
+    """run.json fields from flags and config, flags first: P, G (required), lr, algorithm, model, task, seed."""
+    fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
+    origin = {}
+    for name, flag_value in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", samples_per_prompt)):
+        if flag_value is not None:
+            if name in fields and fields[name] != flag_value:
+                parsed.notes.append(f"--{name.replace('_', '-')} {flag_value} overrides the config's {fields[name]}")
+            fields[name], origin[name] = flag_value, "flag"
+        elif name in fields:
+            origin[name] = "config"
+    missing = [name for name in ("prompts_per_step", "samples_per_prompt") if name not in fields]
+    if missing:
+        where = f"the config {parsed.config_path} lacks it" if parsed.config_path else "no framework config was found"
+        raise UserError(
+            ", ".join(missing),
+            f"P and G are needed for cumulative samples (step x P x G); {parsed.style} logs do not record them"
+            f" and {where}",
+            f"pass --prompts-per-step P --samples-per-prompt G ({parsed.style}: {BATCH_HINTS[parsed.style]})",
+        )
+    for name in ("prompts_per_step", "samples_per_prompt"):
+        if fields[name] < 1:
+            raise UserError(name, f"must be a positive integer, got {fields[name]}", "fix the flag or the config")
+    fields["batch_from"] = origin
+    return fields
+
+
+def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompts_per_step: int | None = None,
+               samples_per_prompt: int | None = None, seed: int | None = None, overwrite: bool = False,
+               config_path: Path | None = None) -> dict:
+    """Import one run; returns {run_dir, run (run.json), summary}. Raises UserError, writing nothing, on bad input."""
+    path, out = Path(path), Path(out)
+    check_out_dir(out, overwrite)
+    parsed = parse_log(fmt, path)
+    load_config(parsed, path, config_path)
+    fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
+    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
+    records, report = build_records(parsed, str(path), prompts * group, prompts)
+    run_json = describe_run(parsed, fields, records, label, seed)
+    run_json["import"] = {
+        "path": str(path.absolute()),
+        "format": fmt,
+        "key_style": parsed.style,
+        "config_path": parsed.config_path,
+        "batch_from": fields["batch_from"],
+        "wall_s_from": report["wall_s_from"],
+        "eval_primary": report["eval_primary"],
+        "not_provided": report["not_provided"],
+        "unknown_keys": report["unknown_keys"],
+        "problems": parsed.problems,
+        "notes": parsed.notes,
+    }
+    summary = summarize_records(records)
+    run_dir = write_run_dir(out, records, run_json, summary, overwrite)
+    return {"run_dir": str(run_dir), "run": run_json, "summary": summary}
+
+
+def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: str | None, seed: int | None) -> dict:
+    """The flat run.json descriptor (without the import block); defaults are explained in the notes."""
+    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
+    if parsed.style == "trl":
+        parsed.notes.append(parsed.window_note or (
+            "TRL logs every logging_steps optimizer steps (unknown here): its metrics are means over each window,"
+            " and samples are cumulative at the window end"))
+    lr = fields.get("lr")
+    if lr is None:
+        logged = [r["lr/actor"] for r in records if "lr/actor" in r]
+        lr = max(logged) if logged else None
+        if logged:
+            parsed.notes.append("lr is the peak logged lr/actor (no config gave the optimizer's lr)")
+    algorithm = fields.get("algorithm")
+    if algorithm is None:
+        has_critic = any("grad_norm/critic" in r or "lr/critic" in r for r in records)
+        algorithm = "ppo" if has_critic else ("grpo" if parsed.style == "trl" else "unknown")
+        parsed.notes.append(f"algorithm '{algorithm}' inferred from the logged keys (no config named it)")
+    if seed is None:
+        seed = fields.get("seed", 0)
+        if "seed" not in fields:
+            parsed.notes.append("seed not recorded by the log; defaulted to 0 (pass --seed)")
+    source = parsed.style
+    return {
+        "label": label or f"{source}-p{prompts}-g{group}",
+        "seed": int(seed),
+        "algorithm": ALGORITHM_NAMES.get(str(algorithm), str(algorithm)),
+        "prompts_per_step": prompts,
+        "samples_per_prompt": group,
+        "samples_per_step": prompts * group,
+        "lr": lr,
+        "lr_rule": "unknown",
+        "model": fields.get("model"),
+        "task": fields.get("task"),
+        "source": source,
+    }

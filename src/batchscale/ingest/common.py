@@ -1,0 +1,195 @@
+"""What every importer shares: the key-mapping table (as data), the parsed-log types, and key-style detection.
+
+The table below is the single source of truth for how a framework's metric names become batchscale's run-log keys
+(DESIGN.md, "The run log"); docs/IMPORT.md renders the same table for people. For each batchscale key, each framework
+lists its candidate keys in priority order: the first one present in a step wins (e.g. OpenRLHF's newer
+`train/rollout/reward_mean` before its older `train/reward`).
+
+Key styles: a log is read in the vocabulary of the framework that wrote it (`verl`, `openrlhf`, `trl`). TRL runs
+exported through TensorBoard or W&B carry the Hugging Face Trainer's rewritten names (`train/reward`, `eval/reward` for
+`reward`, `eval_reward`); `normalize_trl_keys` undoes that rewrite so one TRL table serves all three formats.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+
+from batchscale.errors import UserError
+
+# batchscale step key -> framework -> framework keys, first present wins.
+STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
+    "reward/mean": {
+        "verl": ("critic/score/mean",),  # the task score; critic/rewards/mean adds the KL penalty
+        "openrlhf": ("train/rollout/reward_mean", "train/reward"),
+        "trl": ("reward",),
+    },
+    "response/length_mean": {
+        "verl": ("response_length/mean",),
+        "openrlhf": ("train/rollout/response_length_mean", "train/response_length"),
+        "trl": ("completions/mean_length",),
+    },
+    "time/generate": {"verl": ("timing_s/gen",), "openrlhf": ("train/timing/generation",), "trl": ()},
+    "time/generate_max": {"verl": ("timing_s/gen_max",), "openrlhf": (), "trl": ()},
+    "time/train": {"verl": ("timing_s/update_actor",), "openrlhf": ("train/timing/ppo_train",), "trl": ()},
+    "time/train_critic": {"verl": ("timing_s/update_critic",), "openrlhf": (), "trl": ()},
+    "time/step": {"verl": ("timing_s/step",), "openrlhf": ("train/timing/step_total",), "trl": ("step_time",)},
+    "grad_norm/actor": {"verl": ("actor/grad_norm",), "openrlhf": ("train/actor_grad_norm",), "trl": ("grad_norm",)},
+    "lr/actor": {"verl": ("actor/lr",), "openrlhf": ("train/actor_lr",), "trl": ("learning_rate",)},
+    "grad_norm/critic": {"verl": ("critic/grad_norm",), "openrlhf": ("train/critic_grad_norm",), "trl": ()},
+    "lr/critic": {"verl": ("critic/lr",), "openrlhf": ("train/critic_lr",), "trl": ()},
+}
+
+# Eval keys: framework prefix -> prefix of the batchscale name under `eval/` (all eval metrics are kept).
+EVAL_PREFIXES: dict[str, dict[str, str]] = {
+    "verl": {"val-core/": "", "val-aux/": "aux/", "val/": ""},
+    "openrlhf": {"eval/": ""},
+    "trl": {"eval_": ""},
+}
+
+# Accuracy-like eval metrics, matched against the name after EVAL_PREFIXES; the first rule with any match wins and
+# `eval/accuracy` is the mean over its matches (one per data source). verl's rule-based scorers return 1 for a correct
+# answer and 0 otherwise, so `<source>/reward/mean@N` is an accuracy; an explicit `acc` variable is preferred.
+ACCURACY_RULES: dict[str, tuple[str, ...]] = {
+    "verl": (r"^(?!aux/).+/acc/mean@\d+$", r"^(?!aux/).+/reward/mean@\d+$", r"^test_score/.+$"),
+    "openrlhf": (r"(^|[/_])(acc|accuracy)$", r"(^|[/_])pass@?1$"),
+    "trl": (r"^accuracy$", r"^rewards/[^/]*acc[^/]*/mean$"),
+}
+# With no accuracy-like metric, the primary score goes to `eval/score` (DESIGN.md): the mean reward.
+SCORE_RULES: dict[str, tuple[str, ...]] = {
+    "verl": (),
+    "openrlhf": (r"(^|[/_])reward(_mean)?$",),
+    "trl": (r"^reward$",),
+}
+
+# Known bookkeeping keys: neither mapped nor reported as unknown.
+BOOKKEEPING_KEYS: dict[str, frozenset[str]] = {
+    "verl": frozenset({"training/global_step", "training/epoch"}),
+    "openrlhf": frozenset({"train/global_step", "eval/global_step", "eval/epoch"}),
+    "trl": frozenset({"step", "global_step", "epoch", "total_flos", "train_runtime", "train_loss",
+                      "train_samples_per_second", "train_steps_per_second"}),
+}
+
+STEP_KEYS: dict[str, tuple[str, ...]] = {  # where each framework logs its step, in priority order
+    "verl": ("training/global_step",),
+    "openrlhf": ("train/global_step", "eval/global_step"),
+    "trl": ("step",),
+}
+
+# Contract keys of a step record (DESIGN.md) a log may lack; missing ones are listed as "not provided by <framework>".
+CONTRACT_STEP_KEYS = ("reward/mean", "response/length_mean", "tokens/generated", "time/generate", "time/train",
+                      "time/step", "grad_norm/actor", "lr/actor")
+CONTRACT_PPO_KEYS = ("grad_norm/critic", "lr/critic", "time/train_critic")
+
+
+@dataclass
+class RawRow:
+    """One logged row: a step, its metrics under the framework's names, and where it came from (for messages)."""
+
+    step: int
+    metrics: dict[str, float]
+    where: str
+    time_s: float | None = None  # timestamp (epoch seconds, or seconds since start) when the format has one
+
+
+@dataclass
+class ParsedLog:
+    """What a format reader hands to the record builder."""
+
+    rows: list[RawRow]
+    style: str  # the framework vocabulary of the keys: verl | openrlhf | trl
+    start_time_s: float | None = None  # timestamp of the run's start on the rows' clock, when known
+    config: dict = field(default_factory=dict)  # flattened framework config found or given (verl config.yaml)
+    config_path: str | None = None
+    problems: list[str] = field(default_factory=list)  # tolerated damage, reported in run.json and on stderr
+    notes: list[str] = field(default_factory=list)
+    window_note: str | None = None  # set when rows average over a logging window (TRL)
+
+
+def eval_name(style: str, key: str) -> str | None:
+    """The name under `eval/` of a framework eval key, or None when `key` is not an eval key."""
+    if key in BOOKKEEPING_KEYS[style]:
+        return None
+    for prefix, replacement in EVAL_PREFIXES[style].items():
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return replacement + key[len(prefix):]
+    return None
+
+
+@functools.cache
+def mapped_keys(style: str) -> frozenset[str]:
+    """Every framework key the table maps for `style` (step keys only)."""
+    return frozenset(key for per_framework in STEP_KEY_MAP.values() for key in per_framework[style])
+
+
+def is_known_key(style: str, key: str) -> bool:
+    """True when `key` is mapped, an eval key, a step key or bookkeeping for `style`."""
+    return (key in mapped_keys(style) or eval_name(style, key) is not None or key in BOOKKEEPING_KEYS[style]
+            or key in STEP_KEYS[style])
+
+
+def pick_eval_primary(style: str, eval_metrics: dict[str, float]) -> tuple[str, float] | None:
+    """("eval/accuracy" | "eval/score", value) from one step's eval metrics (names after the prefix), or None."""
+    for target, rules in (("eval/accuracy", ACCURACY_RULES[style]), ("eval/score", SCORE_RULES[style])):
+        for rule in rules:
+            values = [v for name, v in sorted(eval_metrics.items()) if re.search(rule, name)]
+            if values:
+                return target, sum(values) / len(values)
+    return None
+
+
+def normalize_trl_keys(metrics: dict[str, float]) -> dict[str, float]:
+    """Undo the Hugging Face Trainer's logger rewrite: `train/x` -> `x`, `eval/x` -> `eval_x` (TensorBoard, W&B)."""
+    out = {}
+    for key, value in metrics.items():
+        if key.startswith("train/"):
+            out[key[len("train/"):]] = value
+        elif key.startswith("eval/"):
+            out["eval_" + key[len("eval/"):]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def detect_style(keys: set[str]) -> tuple[str, bool]:
+    """(style, trl_rewritten) explaining most of `keys`; ties go to verl, then OpenRLHF; no match -> ("", False)."""
+    candidates = [
+        ("verl", False, sum(is_known_key("verl", k) for k in keys)),
+        ("openrlhf", False, sum(k in mapped_keys("openrlhf") or k in BOOKKEEPING_KEYS["openrlhf"] for k in keys)),
+        ("trl", True, sum(k in mapped_keys("trl") or k in BOOKKEEPING_KEYS["trl"]
+                          for k in normalize_trl_keys(dict.fromkeys(keys, 0.0)))),
+    ]
+    style, rewritten, hits = max(candidates, key=lambda c: c[2])  # max keeps the first of equal scores
+    return (style, rewritten) if hits else ("", False)
+
+
+def parse_number(value, where: str, key: str, path: str) -> float | None:
+    """A finite float from a logged value; None for NaN/inf (dropped); UserError naming the place for non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        number = None
+    else:
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if number is None:
+        raise UserError(
+            f"{path}: {where}, key '{key}'",
+            f"a mapped metric must be numeric, got {value!r}",
+            "repair or delete that entry in the log (mapped keys are listed in docs/IMPORT.md)",
+        )
+    return number if math.isfinite(number) else None
+
+
+def parse_step(value, where: str, fix: str) -> int:
+    """A step number from a logged value (an int, or a float/string holding one); UserError naming `where` otherwise."""
+    try:
+        number = float(value)
+        valid = not isinstance(value, bool) and number >= 0 and number.is_integer()
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise UserError(where, f"the step must be a non-negative integer, got {value!r}", fix)
+    return int(number)

@@ -1,0 +1,171 @@
+"""Turn a parsed framework log into run-log records (DESIGN.md "The run log") plus the run.json `import` block.
+
+Per step (rows with the same step are merged; a later row wins, as in a resumed run):
+- a `step` record when any mapped training key is present: mapped keys (common.STEP_KEY_MAP), `prompts` = P and
+  `tokens/generated` = response/length_mean x P x G (derived: no framework logs the total directly);
+- an `eval` record when any eval key is present: every eval metric under `eval/`, plus `eval/accuracy` (or `eval/score`)
+  chosen by common.ACCURACY_RULES / SCORE_RULES.
+Cumulative samples are step x P x G: the step is the rollout boundary and every framework here consumes P x G responses
+per step. An eval at step 0 (before training) gets samples 0.
+
+wall_s, in order of preference:
+1. cumulative sum of `time/step` over step records, each weighted by the steps it stands for (step - previous logged
+   step), which covers TRL's logging windows and gaps in any log; used only when every step record has `time/step`;
+2. the row timestamps minus the run's start (TensorBoard event times, W&B `_runtime`);
+3. null, with a note.
+"""
+
+from __future__ import annotations
+
+from batchscale.errors import UserError
+from batchscale.ingest.common import (
+    CONTRACT_PPO_KEYS,
+    CONTRACT_STEP_KEYS,
+    STEP_KEY_MAP,
+    ParsedLog,
+    eval_name,
+    is_known_key,
+    mapped_keys,
+    parse_number,
+    pick_eval_primary,
+)
+
+
+def merge_rows_by_step(parsed: ParsedLog, path: str, dropped: list[str]) -> dict[int, dict]:
+    """step -> {"metrics": merged metrics, "time_s": earliest timestamp}; duplicates noted.
+
+    Mapped and eval values are checked here, row by row, so an error names the row that holds the bad value; NaN/inf
+    values are dropped (listed in `dropped`). Unmapped keys keep their raw values (only their names are reported).
+    The earliest timestamp marks the end of the step's training: a framework logs a step's scalars together when the
+    step ends, and an eval logged later at the same step must not make the step look slower.
+    """
+    checked_keys = mapped_keys(parsed.style)
+    merged: dict[int, dict] = {}
+    overwritten_steps: set[int] = set()
+    for row in parsed.rows:
+        entry = merged.setdefault(row.step, {"metrics": {}, "time_s": None})
+        if set(row.metrics) & set(entry["metrics"]):
+            overwritten_steps.add(row.step)
+        for key, raw in row.metrics.items():
+            if key in checked_keys or eval_name(parsed.style, key) is not None:
+                value = parse_number(raw, row.where, key, path)
+                if value is None:
+                    dropped.append(f"{row.where} {key}")
+                    entry["metrics"].pop(key, None)
+                    continue
+                raw = value
+            entry["metrics"][key] = raw
+        if row.time_s is not None:
+            entry["time_s"] = row.time_s if entry["time_s"] is None else min(entry["time_s"], row.time_s)
+    if overwritten_steps:
+        parsed.problems.append(
+            f"{len(overwritten_steps)} step(s) logged more than once (resumed run?), e.g. step"
+            f" {min(overwritten_steps)}; the later value was kept"
+        )
+    return dict(sorted(merged.items()))
+
+
+def map_step_metrics(style: str, metrics: dict) -> dict[str, float]:
+    """batchscale step key -> value for one step (the first present framework key of the table wins)."""
+    record = {}
+    for batchscale_key, per_framework in STEP_KEY_MAP.items():
+        present = [key for key in per_framework[style] if key in metrics]
+        if present:
+            record[batchscale_key] = metrics[present[0]]
+    return record
+
+
+def map_eval_metrics(style: str, metrics: dict) -> dict[str, float]:
+    """Eval metric name (without `eval/`) -> value for one step."""
+    names = {key: eval_name(style, key) for key in metrics}
+    return {name: metrics[key] for key, name in names.items() if name is not None}
+
+
+def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_per_step: int) -> tuple[list, dict]:
+    """(records, report): run-log records in step order and the facts for run.json's `import` block."""
+    style = parsed.style
+    dropped: list[str] = []
+    merged = merge_rows_by_step(parsed, path, dropped)
+    unknown_keys: set[str] = set()
+    step_records, eval_records = [], []
+    for step, entry in merged.items():
+        metrics = entry["metrics"]
+        unknown_keys.update(k for k in metrics if not is_known_key(style, k))
+        base = {"step": step, "samples": step * samples_per_step, "wall_s": None, "_time_s": entry["time_s"]}
+        mapped = map_step_metrics(style, metrics)
+        if mapped:
+            if "response/length_mean" in mapped:
+                mapped["tokens/generated"] = round(mapped["response/length_mean"] * samples_per_step)
+            step_records.append({"kind": "step", **base, "prompts": prompts_per_step, **mapped})
+        evals = map_eval_metrics(style, metrics)
+        if evals:
+            primary = pick_eval_primary(style, evals)
+            record = {"kind": "eval", **base}
+            if primary is not None:
+                record[primary[0]] = primary[1]
+            record.update({f"eval/{name}": value for name, value in sorted(evals.items())})
+            eval_records.append(record)
+    if not step_records and not eval_records:
+        raise UserError(
+            path,
+            f"no usable records: none of the {len(merged)} logged step(s) has a key batchscale maps for {style}",
+            "check FORMAT and that PATH is the training log (the mapped keys are listed in docs/IMPORT.md)",
+        )
+    if dropped:
+        parsed.problems.append(f"{len(dropped)} non-finite value(s) (NaN/inf) dropped, e.g. {dropped[0]}")
+    wall_note = assign_wall_seconds(step_records, eval_records, parsed.start_time_s)
+    records = sorted(step_records + eval_records, key=lambda r: (r["step"], r["kind"] != "step"))
+    for record in records:
+        record.pop("_time_s")
+    report = {
+        "unknown_keys": sorted(unknown_keys),
+        "not_provided": list_missing_keys(style, step_records),
+        "wall_s_from": wall_note,
+        "eval_primary": sorted({k for r in eval_records for k in ("eval/accuracy", "eval/score") if k in r}),
+    }
+    if any("tokens/generated" in r for r in step_records):
+        parsed.notes.append("tokens/generated is derived: response/length_mean x samples_per_step")
+    if eval_records and not report["eval_primary"]:
+        parsed.notes.append("no accuracy-like eval metric found; eval records carry their metrics under eval/ only")
+    return records, report
+
+
+def assign_wall_seconds(step_records: list, eval_records: list, start_time_s: float | None) -> str:
+    """Fill `wall_s` in place (see module docstring); returns how it was derived."""
+    if step_records and all("time/step" in r for r in step_records):
+        elapsed_s, previous_step = 0.0, 0
+        for record in step_records:
+            elapsed_s += record["time/step"] * max(record["step"] - previous_step, 1)
+            previous_step = record["step"]
+            record["wall_s"] = round(elapsed_s, 6)
+        source = "cumulative time/step"
+    elif start_time_s is not None and all(r["_time_s"] is not None for r in step_records):
+        for record in step_records:
+            record["wall_s"] = round(max(record["_time_s"] - start_time_s, 0.0), 6)
+        source = "timestamps"
+    else:
+        for record in step_records:
+            record["wall_s"] = None
+        source = "unavailable: the log has neither a per-step time nor timestamps; wall_s is null"
+    wall_by_step = {r["step"]: r["wall_s"] for r in step_records}
+    for record in eval_records:
+        step, time_s = record["step"], record["_time_s"]
+        if step in wall_by_step:
+            record["wall_s"] = wall_by_step[step]
+        elif source == "timestamps" and time_s is not None:
+            record["wall_s"] = round(max(time_s - start_time_s, 0.0), 6)
+        elif source.startswith("unavailable"):
+            record["wall_s"] = None
+        else:  # training time elapsed by this eval: that of the last step logged before it (0 before training)
+            earlier = [wall for logged_step, wall in wall_by_step.items() if logged_step < step]
+            record["wall_s"] = earlier[-1] if earlier else 0.0
+    return source
+
+
+def list_missing_keys(style: str, step_records: list) -> list[str]:
+    """Contract step keys absent from every step record, as "key: not provided by <framework>" lines."""
+    present = {k for r in step_records for k in r}
+    wanted = list(CONTRACT_STEP_KEYS)
+    if present & {"grad_norm/critic", "lr/critic", "time/train_critic"}:
+        wanted += CONTRACT_PPO_KEYS  # a PPO run: the critic keys are part of its contract
+    return [f"{key}: not provided by {style}" for key in wanted if key not in present]
