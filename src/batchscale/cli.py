@@ -30,10 +30,24 @@ def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def _usage_error_types() -> tuple[type, ...]:
+    """Click's usage errors; typer >= 0.29 vendors its own copy of click, so catch both."""
+    import click
+
+    types: list[type] = [click.ClickException]
+    try:
+        from typer._click.exceptions import ClickException as TyperClickException
+
+        types.append(TyperClickException)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit code (2 for bad input, with a one-line message and no traceback)."""
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except UserError as e:
         typer.echo(f"error: {e}", err=True)
         return e.exit_code
@@ -42,14 +56,59 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130
-    except Exception as e:  # click usage errors (unknown option, missing argument)
-        import click
+    except _usage_error_types() as e:  # unknown option, missing argument, bad value
+        e.show()
+        return 2
+    return result if isinstance(result, int) else 0
 
-        if isinstance(e, click.ClickException):
-            e.show()
-            return 2
-        raise
-    return 0
+
+@app.command()
+def train(
+    config: Annotated[Optional[Path], typer.Argument(help="TOML run config (defaults if omitted)")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override a key: --set batch.prompts_per_step=64")] = [],
+    out: Annotated[Optional[Path], typer.Option(help="run directory (default: the config's run.out_dir)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing run directory")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the run summary as JSON on stdout")] = False,
+):
+    """Train one configuration to its sample budget and write its run directory."""
+    from batchscale.config import load_config
+    from batchscale.progress import train_with_progress
+
+    cfg = load_config(config, set_)
+    summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)
+    if json_out:
+        print_json({"run_dir": str(run_dir), **summary})
+    else:
+        typer.echo(f"run log: {run_dir / 'metrics.jsonl'}")
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="where the demo writes its runs")] = Path("runs/demo"),
+    quick: Annotated[bool, typer.Option(help="a shorter run (for CI)")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON on stdout")] = False,
+):
+    """The main job on the built-in default. For now: one GRPO run of the built-in tiny model on arithmetic."""
+    from batchscale.config import load_config
+    from batchscale.progress import train_with_progress
+
+    overrides = ["run.budget_samples=1024", "run.eval_every_samples=256"] if quick else []
+    cfg = load_config(None, overrides)
+    summary, run_dir = train_with_progress(cfg, out / "grpo-tiny", overwrite=True)
+    if json_out:
+        print_json({"run_dir": str(run_dir), **summary})
+    else:
+        typer.echo(
+            f"eval accuracy {summary['eval/accuracy_start']:.3f} -> {summary['eval/accuracy_end']:.3f} "
+            f"over {summary['samples']} samples in {summary['wall_s']:.0f} s\nrun log: {run_dir / 'metrics.jsonl'}"
+        )
+
+
+# Commands that read run directories, tables and presets: they import no torch.
+from batchscale.systems.cli import roofline as _roofline; app.command("roofline")(_roofline)  # noqa: E402, E702
+from batchscale.plan.cli import plan as _plan; app.command("plan")(_plan)  # noqa: E402, E702
+from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
+from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
 
 
 if __name__ == "__main__":
