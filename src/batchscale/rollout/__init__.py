@@ -1,15 +1,27 @@
-"""Rollout engines behind one interface, selected by name."""
+"""Rollout engines behind one interface, selected by name.
+
+- "engine": batchscale's continuous-batching engine with a preallocated KV cache (engine.py), the default;
+- "hf": Hugging Face `generate` on static batches (hf.py), the reference backend.
+"""
 
 from __future__ import annotations
 
 from batchscale.errors import UserError
 
-ENGINES = ("hf",)
+ENGINES = ("engine", "hf")
 
 
-def build_engine(name: str, policy):
+def build_engine(backend, policy, max_concurrency: int | None = None):
+    """`backend` is an engine name or a `RolloutConfig` (whose `max_concurrency` then applies)."""
+    name = backend if isinstance(backend, str) else backend.backend
+    if max_concurrency is None and not isinstance(backend, str):
+        max_concurrency = backend.max_concurrency
+    if name == "engine":
+        from batchscale.rollout.engine import DEFAULT_MAX_CONCURRENCY, ContinuousBatchingEngine
+
+        return ContinuousBatchingEngine(policy.model, policy.tokenizer, max_concurrency or DEFAULT_MAX_CONCURRENCY)
     if name == "hf":
         from batchscale.rollout.hf import HFGenerateEngine
 
-        return HFGenerateEngine(policy.model, policy.tokenizer)
+        return HFGenerateEngine(policy.model, policy.tokenizer, **({"max_batch": max_concurrency} if max_concurrency else {}))
     raise UserError("rollout.backend", f"unknown rollout backend {name!r}", f"choose one of: {', '.join(ENGINES)}")

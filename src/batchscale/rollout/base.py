@@ -24,6 +24,7 @@ class Rollouts:
     response_ids: list[list[int]]  # per sample, up to and including <eos> when one was produced
     texts: list[str]  # decoded responses, special tokens removed
     stats: dict = field(default_factory=dict)  # e.g. {"active_mean": ..., "decode_steps": ...}
+    logprobs: list[list[float]] | None = None  # per sample, the model's log-prob of each response token (if reported)
 
     @property
     def tokens_generated(self) -> int:

@@ -1,0 +1,218 @@
+"""`batchscale profile generation`: rollout throughput against concurrency, and the critical generation batch.
+
+For each concurrency B (1, 2, 4, ... N by default) the rollout engine generates a fixed workload of responses with
+`max_concurrency = B`: prompts from the built-in task, grouped G per prompt as a GRPO rollout boundary draws them,
+and responses as long as the model makes them (ending at <eos> or max_new_tokens), never a fixed length. The workload
+holds `waves * B` responses (at least `min_responses`), so every level runs several refills of its slots.
+Each level gets one untimed warm-up call, then `repeats` timed calls on the same prompts and seed (so the same
+tokens); the reported time is their median. Timers synchronize the device before reading the clock.
+
+Per level: tokens/s and responses/s (generated tokens / median time), mean active concurrency (engine statistics),
+response lengths, memory (peak RSS of the process; on CUDA the peak allocated bytes during the level) and the engine's
+KV-cache size. The knee: `systems.knee.fit_saturating_throughput` on (B, tokens/s), q(B) = q_max * B / (B + B_half),
+with B_90 = 9 * B_half and the doubling rule (the smallest measured B whose doubling gains < threshold). B is the
+requested concurrency (the knob a user sets); `active_mean` shows how much of it the scheduling realized.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from batchscale.errors import UserError
+
+profile_app = typer.Typer(help="Measure throughput on this machine (generation vs concurrency).", no_args_is_help=True)
+
+
+def default_concurrencies(max_concurrency: int) -> list[int]:
+    """1, 2, 4, ... up to max_concurrency (which is included even when it is not a power of two)."""
+    if max_concurrency < 1:
+        raise UserError("max_concurrency", f"must be >= 1, got {max_concurrency}", "pass e.g. --max-concurrency 64")
+    levels = [2**i for i in range(int(math.log2(max_concurrency)) + 1)]
+    return levels if levels[-1] == max_concurrency else levels + [max_concurrency]
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    try:
+        levels = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError("concurrency", f"not a comma list of integers: {text!r}", "pass e.g. --concurrency 1,4,16") from None
+    if not levels or levels[0] < 1:
+        raise UserError("concurrency", "levels must be integers >= 1", "pass e.g. --concurrency 1,4,16")
+    return levels
+
+
+def build_workload(task, responses: int, samples_per_prompt: int, seed: int) -> list[str]:
+    """`responses` prompts, prompt-major groups of G as the trainer draws them (the last group may be cut short)."""
+    import numpy as np
+
+    examples = task.sample_train(np.random.default_rng(seed), math.ceil(responses / samples_per_prompt))
+    return [e.prompt for e in examples for _ in range(samples_per_prompt)][:responses]
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def measure_level(engine, prompts: list[str], params, repeats: int, seed: int, device) -> dict:
+    import torch
+
+    from batchscale.telemetry.timers import synchronize
+
+    cuda = torch.device(device).type == "cuda"
+    torch.manual_seed(seed)
+    engine.generate(prompts[: engine_cap(engine)], params)  # warm-up: allocates the cache at this size
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    times, rollouts = [], None
+    for _ in range(repeats):
+        torch.manual_seed(seed)  # same seed, same prompts: every repeat generates the same tokens
+        synchronize(device)
+        start = time.perf_counter()
+        rollouts = engine.generate(prompts, params)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    time_s = statistics.median(times)
+    lengths = [len(r) for r in rollouts.response_ids]
+    row = {
+        "responses": len(prompts),
+        "tokens": sum(lengths),
+        "time_s": time_s,
+        "time_s_repeats": times,
+        "tokens_per_s": sum(lengths) / time_s,
+        "responses_per_s": len(prompts) / time_s,
+        "active_mean": rollouts.stats.get("active_mean"),
+        "decode_steps": rollouts.stats.get("decode_steps"),
+        "response_length_mean": statistics.fmean(lengths),
+        "response_length_max": max(lengths),
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+    decoder = getattr(engine, "decoder", None)
+    if decoder is not None and decoder.keys:
+        row["kv_cache_mb"] = sum(t.numel() * t.element_size() for t in (*decoder.keys, *decoder.values)) / 2**20
+    if cuda:
+        row["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return row
+
+
+def engine_cap(engine) -> int:
+    return getattr(engine, "max_concurrency", None) or getattr(engine, "max_batch")
+
+
+def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencies: list[int] = (1, 2, 4, 8),
+                       backend: str = "engine", samples_per_prompt: int = 8, max_new_tokens: int = 8,
+                       temperature: float = 1.0, top_p: float = 1.0, repeats: int = 3, waves: int = 4,
+                       min_responses: int = 16, seed: int = 0, device: str = "auto", threshold: float = 0.10,
+                       log=print) -> dict:
+    """Measure every concurrency level and fit the knee. Returns {"rows": [...], "knee": {...} | None, ...}."""
+    import torch
+    from pydantic import ValidationError
+
+    from batchscale.config import ModelConfig, RolloutConfig, SamplingConfig, TaskConfig
+    from batchscale.policy.load import load_policy
+    from batchscale.rollout import build_engine
+    from batchscale.rollout.base import SamplingParams
+    from batchscale.systems.knee import fit_saturating_throughput
+    from batchscale.tasks import build_task
+
+    for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
+                        ("samples_per_prompt", samples_per_prompt)):
+        if value < 1:
+            raise UserError(name, f"must be >= 1, got {value}", f"pass --{name.replace('_', '-')} 1 or more")
+    try:  # validate through the run config's own rules (backend names, dtype, sampling ranges)
+        model_cfg = ModelConfig(name=model, dtype=dtype)
+        RolloutConfig(backend=backend)
+        SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    except ValidationError as e:
+        error = e.errors()[0]
+        option = "--" + "-".join(str(part) for part in error["loc"]).replace("_", "-")
+        raise UserError(option, error["msg"], "see `batchscale profile generation --help`") from None
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    task_cfg = TaskConfig()
+    task = build_task(task_cfg)
+    policy = load_policy(model_cfg, task_cfg, log)
+    policy.model.to(device)
+    params = SamplingParams(temperature, top_p, max_new_tokens)
+    rows = []
+    for level in concurrencies:
+        engine = build_engine(backend, policy, max_concurrency=level)
+        prompts = build_workload(task, max(waves * level, min_responses), samples_per_prompt, seed)
+        row = {"concurrency": level, **measure_level(engine, prompts, params, repeats, seed, device)}
+        log(f"concurrency {level:>4}: {row['tokens_per_s']:9.1f} tok/s  {row['responses_per_s']:8.1f} resp/s  "
+            f"active {row['active_mean']:.1f}  ({row['responses']} responses, median of {repeats})")
+        rows.append(row)
+    knee = None
+    if len(rows) >= 2:
+        fit = fit_saturating_throughput([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], threshold)
+        knee = {"metric": "tokens_per_s", **fit.to_dict()}
+    return {
+        "model": model, "dtype": dtype, "backend": backend, "device": str(device), "threads": torch.get_num_threads(),
+        "params": policy.num_params, "task": task_cfg.name, "samples_per_prompt": samples_per_prompt,
+        "sampling": {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
+        "repeats": repeats, "rows": rows, "knee": knee,
+    }
+
+
+def print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    knee = result["knee"]
+    caption = "knee: need 2+ levels" if knee is None else (
+        f"q(B) = {knee['q_max']:.4g} * B / (B + {knee['b_half']:.3g}) tok/s, R^2 {knee['r2']:.3f}; "
+        f"B_90 = {knee['b_90']:.3g}{' (extrapolated)' if knee['extrapolated'] else ''}; "
+        f"doubling knee ({knee['doubling_threshold']:.0%}): {knee['doubling_knee']}")
+    table = Table(title=f"generation: {result['model']} ({result['dtype']}, {result['backend']}) on "
+                        f"{result['device']}, {result['threads']} threads", caption=caption)
+    for column in ["concurrency", "tok/s", "resp/s", "active mean", "resp len", "median s", "peak RSS MB"]:
+        table.add_column(column, justify="right")
+    for row in result["rows"]:
+        table.add_row(str(row["concurrency"]), f"{row['tokens_per_s']:.1f}", f"{row['responses_per_s']:.1f}",
+                      f"{row['active_mean']:.1f}", f"{row['response_length_mean']:.2f}", f"{row['time_s']:.3f}",
+                      f"{row['peak_rss_mb']:.0f}")
+    Console(width=140).print(table)
+
+
+@profile_app.command("generation")
+def generation(
+    model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
+    max_concurrency: Annotated[int, typer.Option(help="profile 1, 2, 4, ... up to this")] = 64,
+    concurrency: Annotated[Optional[str], typer.Option(help="explicit comma list of levels (overrides "
+                                                            "--max-concurrency)")] = None,
+    backend: Annotated[str, typer.Option(help="engine or hf")] = "engine",
+    samples_per_prompt: Annotated[int, typer.Option(help="G: responses per prompt, as a rollout draws them")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="cap on response length")] = 8,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    top_p: Annotated[float, typer.Option()] = 1.0,
+    repeats: Annotated[int, typer.Option(help="timed repeats per level (median reported)")] = 3,
+    waves: Annotated[int, typer.Option(help="responses per level = waves * concurrency ...")] = 4,
+    min_responses: Annotated[int, typer.Option(help="... but at least this many")] = 16,
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    seed: Annotated[int, typer.Option()] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
+) -> None:
+    """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
+    levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
+    if threads is not None:
+        if threads < 1:
+            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
+        import torch
+
+        torch.set_num_threads(threads)
+    result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
+                                top_p, repeats, waves, min_responses, seed, device,
+                                log=lambda message: typer.echo(message, err=True))
+    if json_out:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        print_table(result)
