@@ -58,7 +58,8 @@ def find_run_dirs(path: Path) -> list[Path]:
         return [path]
     parent = path / "runs" if (path / "runs").is_dir() else path
     run_dirs = []
-    for child in sorted(p for p in parent.iterdir() if p.is_dir()):
+    # hidden directories are not runs: a sweep stages unfinished runs in runs/.<name>.partial/
+    for child in sorted(p for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (child / "run.json").is_file():
             run_dirs.append(child)
         else:
