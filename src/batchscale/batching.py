@@ -59,3 +59,14 @@ def token_logprobs(model, batch: SequenceBatch) -> torch.Tensor:
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # (N, L-1, V)
     targets = batch.input_ids[:, 1:].unsqueeze(-1)  # (N, L-1, 1)
     return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N, L-1)
+
+
+@torch.no_grad()
+def forward_in_micro_batches(fn, batch: SequenceBatch, micro_batch_size: int) -> torch.Tensor:
+    """(N, L - 1) of a per-token function (log-probs, values) computed micro-batch by micro-batch without gradients;
+    0 past each micro-batch's own width."""
+    out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)  # (N, L-1)
+    for start, stop in iter_micro_batches(len(batch), micro_batch_size):
+        mb, width = batch.rows(start, stop)
+        out[start:stop, :width] = fn(mb).float()
+    return out

@@ -104,11 +104,34 @@ def demo(
         )
 
 
+@app.command()
+def sweep(
+    sweep_file: Annotated[Path, typer.Argument(help="sweep TOML: base config, [set], [grid], [[points]], seeds")],
+    out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,
+    executor: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
+    workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override a key of every point")] = [],
+    json_out: Annotated[bool, typer.Option("--json", help="print the sweep's summaries as JSON on stdout")] = False,
+):
+    """Run every point of a sweep as an ordinary run under DIR/runs/; rerunning resumes."""
+    from batchscale.sweep.driver import run_sweep
+    from batchscale.sweep.spec import load_sweep
+
+    points = load_sweep(sweep_file, set_)
+    result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address)
+    if json_out:
+        print_json(result)
+    else:
+        typer.echo(f"{result['runs']} runs in {result['sweep_dir']}/runs ({result['skipped']} were already finished)")
+
+
 # Commands that read run directories, tables and presets: they import no torch.
 from batchscale.systems.cli import roofline as _roofline; app.command("roofline")(_roofline)  # noqa: E402, E702
 from batchscale.plan.cli import plan as _plan; app.command("plan")(_plan)  # noqa: E402, E702
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
+from batchscale.systems.profile_generation import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
 
 
 if __name__ == "__main__":

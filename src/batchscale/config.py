@@ -1,13 +1,16 @@
 """Typed, validated run configuration and the batch plan derived from it.
 
-A run is described by a TOML file with sections `model`, `task`, `batch`, `optim`, `sampling`, `algorithm`, `rollout` and
-`run`; `--set dotted.key=value` overrides any leaf. Validation happens before any compute and fails with one line naming
-the key, the rule and the fix (`UserError`). Derived quantities (samples per step, gradient-accumulation steps, the
-scaled learning rate, the number of steps) are computed once into a frozen `BatchPlan` and never mutated, so a name never
-changes units halfway through a run.
+A run is described by a TOML file with sections `model`, `task`, `batch`, `optim`, `critic`, `sampling`, `algorithm`,
+`rollout` and `run`; `--set dotted.key=value` overrides any leaf. Validation happens before any compute and fails with
+one line naming the key, the rule and the fix (`UserError`). Derived quantities (samples per step, gradient-accumulation
+steps, the scaled learning rates, the number of steps) are computed once into a frozen `BatchPlan` and never mutated, so
+a name never changes units halfway through a run.
 
 Learning-rate scaling follows the paper's retuning rule: lr = lr_ref * (B_train / B_ref) ** a, with a = 1/2 ("sqrt",
-the default for Adam), 1 ("linear"), 0 ("none") or any number given directly.
+the default for Adam), 1 ("linear"), 0 ("none") or any number given directly. B_train is the batch of one optimizer
+update: P * G in the single pass, P * G / ppo_mini_batches when a rollout batch is split into mini-batches. The PPO
+critic scales its own learning rate by its own rule from its own reference value (`critic.lr`, `critic.lr_rule`),
+because the paper finds actor and critic respond differently to batch size.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class ModelConfig(Section):
     name: str = "tiny"  # "tiny" (built-in, warm-started), "smollm2-135m", or a local Hugging Face directory
     gguf_file: str | None = None  # a GGUF file inside that directory, if the weights come as GGUF
     dtype: Literal["float32", "bfloat16"] = "float32"
+    chat_template: bool = False  # wrap each prompt as a user turn with the tokenizer's chat template (instruct models)
 
 
 class TaskConfig(Section):
@@ -69,10 +73,19 @@ class OptimConfig(Section):
     max_grad_norm: float | None = Field(1.0, gt=0)  # None: no clipping (the norm is still logged)
 
 
+class CriticConfig(Section):
+    """The value model of algorithms that need one (PPO); ignored by the others. Shares optim's Adam settings."""
+
+    lr: float = Field(1e-4, gt=0)  # critic learning rate at the reference batch B_ref
+    lr_rule: Union[Literal["sqrt", "linear", "none"], float] = "sqrt"
+    max_grad_norm: float | None = Field(1.0, gt=0)  # None: no clipping (the norm is still logged)
+    value_clip: float | None = Field(0.2, gt=0)  # new values stay within +-value_clip of the rollout's; None: no clip
+
+
 class SamplingConfig(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(8, ge=1)
+    max_new_tokens: int = Field(6, ge=1)
 
 
 class AlgorithmConfig(Section):
@@ -81,15 +94,25 @@ class AlgorithmConfig(Section):
     normalize_std: bool = True  # GRPO: divide group-centred rewards by the group's std
     kl_coef: float = Field(0.0, ge=0)  # KL to the frozen initial policy (k3 estimator); 0 keeps no reference model
     loss_aggregation: Literal["token-mean", "sequence-mean"] = "token-mean"
+    # PPO: GAE(gamma, lambda) over response tokens, the outcome reward on the last one, advantages whitened over the
+    # batch. gamma = lambda = 1 (verl's defaults) makes A_t = R - V_t: unbiased whatever the critic's error
+    gamma: float = Field(1.0, ge=0, le=1)
+    gae_lambda: float = Field(1.0, ge=0, le=1)
+    whiten_advantages: bool = True
+    # Any algorithm: passes over each rollout batch, and optimizer updates per pass (mini-batches of whole prompts).
+    # 1 and 1 is the paper's single pass: one update per rollout batch.
+    ppo_epochs: int = Field(1, ge=1)
+    ppo_mini_batches: int = Field(1, ge=1)
 
 
 class RolloutConfig(Section):
-    backend: Literal["hf"] = "hf"
+    backend: Literal["engine", "hf"] = "engine"  # "engine": continuous batching + KV cache; "hf": HF generate (reference)
+    max_concurrency: int = Field(256, ge=1)  # sequences decoding together (engine) / static batch size (hf)
 
 
 class RunConfig(Section):
-    budget_samples: int = Field(4096, ge=1)  # cumulative responses to train on
-    eval_every_samples: int = Field(512, ge=1)
+    budget_samples: int = Field(8192, ge=1)  # cumulative responses to train on
+    eval_every_samples: int = Field(1024, ge=1)
     seed: int = 0
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
@@ -102,6 +125,7 @@ class Config(Section):
     task: TaskConfig = TaskConfig()
     batch: BatchConfig = BatchConfig()
     optim: OptimConfig = OptimConfig()
+    critic: CriticConfig = CriticConfig()
     sampling: SamplingConfig = SamplingConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     rollout: RolloutConfig = RolloutConfig()
@@ -109,14 +133,25 @@ class Config(Section):
 
 
 @dataclass(frozen=True)
+class CriticPlan:
+    """The critic's learning rate, scaled by its own rule from its own reference value (algorithms with a critic)."""
+
+    lr_rule: str
+    lr_exponent: float
+    lr_reference: float
+    lr: float
+
+
+@dataclass(frozen=True)
 class BatchPlan:
-    """Everything derived from the config, computed once. B_train = P * G responses feed exactly one optimizer update."""
+    """Everything derived from the config, computed once. The B_train = P * G responses of a rollout boundary feed
+    ppo_epochs * ppo_mini_batches optimizer updates of samples_per_update responses each (one update by default)."""
 
     prompts_per_step: int
     samples_per_prompt: int
     samples_per_step: int
     micro_batch_size: int
-    accumulation_steps: int
+    accumulation_steps: int  # micro-batches per optimizer update
     reference_samples_per_step: int
     lr_rule: str
     lr_exponent: float
@@ -125,13 +160,25 @@ class BatchPlan:
     num_steps: int
     budget_samples: int
     label: str
+    ppo_epochs: int = 1
+    ppo_mini_batches: int = 1
+    samples_per_update: int = 0  # responses per optimizer update: samples_per_step / ppo_mini_batches
+    critic: CriticPlan | None = None  # None: the algorithm has no critic
+
+    @property
+    def updates_per_step(self) -> int:
+        return self.ppo_epochs * self.ppo_mini_batches
 
     def describe(self) -> str:
+        updates = (f"{self.ppo_epochs} epoch(s) x {self.ppo_mini_batches} mini-batch(es) of {self.samples_per_update}, "
+                   if self.updates_per_step > 1 else "")
+        critic = (f", critic lr {self.critic.lr:.3g} ({self.critic.lr_rule} from {self.critic.lr_reference:.3g})"
+                  if self.critic else "")
         return (
-            f"P={self.prompts_per_step} x G={self.samples_per_prompt} = {self.samples_per_step} samples/step, "
+            f"P={self.prompts_per_step} x G={self.samples_per_prompt} = {self.samples_per_step} samples/step, {updates}"
             f"{self.accumulation_steps} micro-batches of {self.micro_batch_size}, "
-            f"lr {self.lr:.3g} ({self.lr_rule} from {self.lr_reference:.3g} at B_ref={self.reference_samples_per_step}), "
-            f"{self.num_steps} steps = {self.num_steps * self.samples_per_step} samples"
+            f"lr {self.lr:.3g} ({self.lr_rule} from {self.lr_reference:.3g} at B_ref={self.reference_samples_per_step})"
+            f"{critic}, {self.num_steps} steps = {self.num_steps * self.samples_per_step} samples"
         )
 
 
@@ -140,28 +187,43 @@ def scale_lr(lr_reference: float, samples_per_step: int, reference_samples_per_s
     return lr_reference * (samples_per_step / reference_samples_per_step) ** exponent
 
 
+def lr_rule_exponent(rule) -> tuple[float, str]:
+    """(exponent, display name) of an lr_rule value: a named rule or a number."""
+    return (LR_RULE_EXPONENTS[rule], rule) if isinstance(rule, str) else (float(rule), f"a={rule:g}")
+
+
 def derive_plan(cfg: Config) -> BatchPlan:
-    b = cfg.batch
+    from batchscale.algorithms import get_algorithm  # the algorithm declares whether it has a critic
+
+    b, algo = cfg.batch, cfg.algorithm
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
-    rule = cfg.optim.lr_rule
-    exponent = LR_RULE_EXPONENTS[rule] if isinstance(rule, str) else float(rule)
-    rule_name = rule if isinstance(rule, str) else f"a={rule:g}"
-    label = cfg.run.label or f"{cfg.algorithm.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}"
+    samples_per_update = samples_per_step // algo.ppo_mini_batches
+    exponent, rule_name = lr_rule_exponent(cfg.optim.lr_rule)
+    label = cfg.run.label or f"{algo.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}"
+    critic = None
+    if get_algorithm(algo.name).needs_critic:
+        critic_exponent, critic_rule = lr_rule_exponent(cfg.critic.lr_rule)
+        critic = CriticPlan(critic_rule, critic_exponent, cfg.critic.lr,
+                            scale_lr(cfg.critic.lr, samples_per_update, b.reference_samples_per_step, critic_exponent))
     return BatchPlan(
         prompts_per_step=b.prompts_per_step,
         samples_per_prompt=b.samples_per_prompt,
         samples_per_step=samples_per_step,
         micro_batch_size=b.micro_batch_size,
-        accumulation_steps=samples_per_step // b.micro_batch_size,
+        accumulation_steps=samples_per_update // b.micro_batch_size,
         reference_samples_per_step=b.reference_samples_per_step,
         lr_rule=rule_name,
         lr_exponent=exponent,
         lr_reference=cfg.optim.lr,
-        lr=scale_lr(cfg.optim.lr, samples_per_step, b.reference_samples_per_step, exponent),
+        lr=scale_lr(cfg.optim.lr, samples_per_update, b.reference_samples_per_step, exponent),
         # ceil: every configuration trains on at least the budget, so curves cover a common sample range
         num_steps=math.ceil(cfg.run.budget_samples / samples_per_step),
         budget_samples=cfg.run.budget_samples,
         label=label,
+        ppo_epochs=algo.ppo_epochs,
+        ppo_mini_batches=algo.ppo_mini_batches,
+        samples_per_update=samples_per_update,
+        critic=critic,
     )
 
 
@@ -184,6 +246,24 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
             f"P*G = {b.prompts_per_step}*{b.samples_per_prompt} = {samples_per_step} samples per step must split into "
             f"whole micro-batches, but {samples_per_step} is not divisible by {b.micro_batch_size}",
             f"set batch.micro_batch_size to a divisor of {samples_per_step}, e.g. {near}",
+        )
+    mini_batches = cfg.algorithm.ppo_mini_batches
+    if b.prompts_per_step % mini_batches:
+        raise UserError(
+            "algorithm.ppo_mini_batches",
+            f"mini-batches hold whole prompts' groups, but P = {b.prompts_per_step} prompts do not split into "
+            f"{mini_batches} equal mini-batches",
+            f"set algorithm.ppo_mini_batches to a divisor of {b.prompts_per_step}",
+        )
+    samples_per_update = samples_per_step // mini_batches
+    if mini_batches > 1 and samples_per_update % b.micro_batch_size:
+        divisors = [d for d in range(1, samples_per_update + 1) if samples_per_update % d == 0]
+        near = min(divisors, key=lambda d: abs(d - b.micro_batch_size))
+        raise UserError(
+            "batch.micro_batch_size",
+            f"each of the {mini_batches} mini-batch(es) of P*G / ppo_mini_batches = {samples_per_update} samples must "
+            f"split into whole micro-batches, but {samples_per_update} is not divisible by {b.micro_batch_size}",
+            f"set batch.micro_batch_size to a divisor of {samples_per_update}, e.g. {near}",
         )
     if cfg.run.budget_samples < samples_per_step:
         raise UserError(

@@ -2,9 +2,15 @@
 
 Each step samples P prompts, generates G responses for each (prompt-major, so rewards reshape to (P, G)), scores them,
 turns rewards into per-token advantages with the configured algorithm, and applies exactly one optimizer update over
-the B_train = P * G responses. Cumulative samples N advance by exactly B_train per step; every record carries N, the
-x-axis of every learning curve. Phases are timed with device-synchronizing timers; evaluation is greedy on the task's
-fixed held-out set and is timed and logged separately, never inside `time/step`.
+the B_train = P * G responses (or ppo_epochs x ppo_mini_batches updates, when configured). Cumulative samples N
+advance by exactly B_train per step; every record carries N, the x-axis of every learning curve. Phases are timed with
+device-synchronizing timers; evaluation is greedy on the task's fixed held-out set and is timed and logged separately,
+never inside `time/step`.
+
+GRPO, PPO and ReMax share this loop, which has no per-algorithm branch: it asks the algorithm what it needs. With
+`needs_greedy_baseline` it also generates one greedy response per prompt and scores it (timed on its own as
+`time/generate_baseline`); with `needs_critic` it holds a `critic.Critic`, computes its values before the advantages
+and updates it after the actor (both timed as `time/train_critic`, apart from the actor's `time/train`).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import copy
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -19,17 +26,18 @@ import numpy as np
 import torch
 
 from batchscale import __version__
-from batchscale.algorithms import get_algorithm
+from batchscale.algorithms import Algorithm, get_algorithm
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.batching import collate
-from batchscale.config import Config, derive_plan, resolved_config
+from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
+from batchscale.critic import Critic, build_critic
 from batchscale.policy.load import Policy, load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
 from batchscale.telemetry.runlog import RunLog, prepare_run_dir
 from batchscale.telemetry.timers import PhaseTimer
-from batchscale.update import accumulate_policy_gradient, build_optimizer, clip_and_step
+from batchscale.update import build_optimizer, update_policy
 
 
 def run_descriptor(cfg: Config) -> dict:
@@ -43,6 +51,7 @@ def run_descriptor(cfg: Config) -> dict:
         "samples_per_step": plan.samples_per_step,
         "lr": plan.lr,
         "lr_rule": plan.lr_rule,
+        **({"lr_critic": plan.critic.lr, "lr_rule_critic": plan.critic.lr_rule} if plan.critic else {}),
         "model": cfg.model.name,
         "task": cfg.task.name,
         "source": "batchscale",
@@ -51,10 +60,36 @@ def run_descriptor(cfg: Config) -> dict:
 
 def evaluate(policy: Policy, engine, task, max_new_tokens: int) -> dict:
     examples = task.eval_examples()
-    rollouts = engine.generate([e.prompt for e in examples], SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
+    prompts = policy.format_prompts([e.prompt for e in examples])
+    rollouts = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
     return {"eval/accuracy": float(np.mean(task.accuracy(rollouts.texts, examples))),
             "eval/reward": float(np.mean(task.score(rollouts.texts, examples))),
             "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
+
+
+def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingParams) -> torch.Tensor:
+    """(P,) reward of one greedy response per prompt: ReMax's baseline."""
+    greedy = SamplingParams(sampling.temperature, sampling.top_p, sampling.max_new_tokens, greedy=True)
+    rollouts = engine.generate(policy.format_prompts([ex.prompt for ex in examples]), greedy)
+    return torch.tensor(task.score(rollouts.texts, examples), dtype=torch.float32)
+
+
+@dataclass
+class Run:
+    """What every step touches, built once by `train`."""
+
+    cfg: Config
+    plan: BatchPlan
+    algorithm: Algorithm
+    policy: Policy
+    engine: object
+    task: object
+    optimizer: torch.optim.Optimizer
+    critic: Critic | None  # algorithms that need one
+    ref_model: torch.nn.Module | None  # algorithm.kl_coef > 0
+    sampling: SamplingParams
+    rng: np.random.Generator
+    timer: PhaseTimer
 
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
@@ -68,12 +103,16 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
         torch.set_num_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
     policy = load_policy(cfg.model, cfg.task, log)
-    engine = build_engine(cfg.rollout.backend, policy)
-    ref_model = copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None
-    optimizer = build_optimizer(policy.model.parameters(), cfg.optim, plan.lr)
-    sampling = SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens)
-    rng = np.random.default_rng(cfg.run.seed)
-    timer = PhaseTimer(policy.model.device)
+    engine = build_engine(cfg.rollout, policy)
+    run = Run(
+        cfg, plan, algorithm, policy, engine, task,
+        optimizer=build_optimizer(policy.model.parameters(), cfg.optim, plan.lr),
+        critic=build_critic(policy.model, cfg, plan) if algorithm.needs_critic else None,
+        ref_model=copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None,
+        sampling=SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens),
+        rng=np.random.default_rng(cfg.run.seed),
+        timer=PhaseTimer(policy.model.device),
+    )
     emit = on_record or (lambda record: None)
     log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params")
 
@@ -95,7 +134,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
         next_eval = cfg.run.eval_every_samples
         last_eval = first_eval
         for step in range(1, plan.num_steps + 1):
-            record = run_step(step, cfg, plan, policy, engine, task, algorithm, optimizer, ref_model, sampling, rng, timer)
+            record = run_step(step, run)
             samples += plan.samples_per_step
             record.update(samples=samples, wall_s=time.perf_counter() - start)
             runlog.write(record)
@@ -113,45 +152,58 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     return summary
 
 
-def run_step(step, cfg, plan, policy, engine, task, algorithm, optimizer, ref_model, sampling, rng, timer) -> dict:
-    """One rollout boundary and one optimizer update. Returns the step record (without samples / wall_s)."""
+def run_step(step: int, run: Run) -> dict:
+    """One rollout boundary and its optimizer update(s). Returns the step record (without samples / wall_s)."""
+    cfg, plan, algorithm, timer = run.cfg, run.plan, run.algorithm, run.timer
+    device = run.policy.model.device
     timer.reset()
     with timer.phase("step"):
-        examples = task.sample_train(rng, plan.prompts_per_step)
+        examples = run.task.sample_train(run.rng, plan.prompts_per_step)
         grouped = [ex for ex in examples for _ in range(plan.samples_per_prompt)]  # prompt-major: (P, G)
         with timer.phase("generate"):
-            rollouts = engine.generate([ex.prompt for ex in grouped], sampling)
-        rewards = torch.tensor(task.score(rollouts.texts, grouped), dtype=torch.float32)  # (N,)
-        batch = collate(rollouts.prompt_ids, rollouts.response_ids, policy.tokenizer.pad_token_id, policy.model.device)
-        advantages = algorithm.compute_advantages(AdvantageInputs(
-            rewards.to(batch.response_mask.device), batch.response_mask, plan.samples_per_prompt,
-            cfg.algorithm.normalize_std))  # (N, L-1)
+            rollouts = run.engine.generate(run.policy.format_prompts([ex.prompt for ex in grouped]), run.sampling)
+        rewards = torch.tensor(run.task.score(rollouts.texts, grouped), dtype=torch.float32)  # (N,)
+        batch = collate(rollouts.prompt_ids, rollouts.response_ids, run.policy.tokenizer.pad_token_id, device)
+        inputs = AdvantageInputs(rewards.to(device), batch.response_mask, plan.samples_per_prompt,
+                                 cfg.algorithm.normalize_std, gamma=cfg.algorithm.gamma,
+                                 gae_lambda=cfg.algorithm.gae_lambda, whiten=cfg.algorithm.whiten_advantages)
+        if algorithm.needs_greedy_baseline:
+            with timer.phase("generate_baseline"):
+                baseline = greedy_rewards(run.policy, run.engine, run.task, examples, run.sampling)  # (P,)
+                inputs.baseline_rewards = baseline.to(device)
+        if algorithm.needs_critic:
+            with timer.phase("train_critic"):  # the critic's forward at rollout time is critic work too
+                inputs.values = run.critic.values(batch)  # (N, L-1)
+        advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
-            losses = accumulate_policy_gradient(
-                policy.model, batch, advantages, plan.micro_batch_size, cfg.algorithm.clip_eps,
-                cfg.algorithm.loss_aggregation, ref_model=ref_model, kl_coef=cfg.algorithm.kl_coef)
-            grad_norm = clip_and_step(policy.model, optimizer, cfg.optim.max_grad_norm)
+            actor_stats = update_policy(run.policy.model, run.optimizer, batch, advantages, plan, cfg.algorithm,
+                                        cfg.optim.max_grad_norm, run.ref_model)
+        critic_stats = {}
+        if algorithm.needs_critic:
+            with timer.phase("train_critic"):
+                critic_stats = run.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs))
     seconds = timer.reset()
     lengths = np.array([len(r) for r in rollouts.response_ids])
     groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)
+    eos_id = run.policy.tokenizer.eos_token_id
     return {
         "kind": "step",
         "step": step,
         "prompts": plan.prompts_per_step,
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
-        "reward/zero_std_group_frac": float((groups.std(dim=1) == 0).float().mean()),
+        "reward/zero_std_group_frac": float((groups.std(dim=1, unbiased=False) == 0).float().mean()),  # G=1: 1
+        **({"reward/baseline_mean": float(baseline.mean())} if algorithm.needs_greedy_baseline else {}),
         "response/length_mean": float(lengths.mean()),
         "response/length_max": int(lengths.max()),
-        "response/truncated_frac": float(np.mean([eos_missing(r, policy.tokenizer.eos_token_id) for r in rollouts.response_ids])),
+        "response/truncated_frac": float(np.mean([eos_missing(r, eos_id) for r in rollouts.response_ids])),
         "tokens/generated": int(lengths.sum()),
         "rollout/active_mean": rollouts.stats.get("active_mean"),
-        "time/generate": seconds["generate"],
-        "time/train": seconds["train"],
-        "time/step": seconds["step"],
-        "grad_norm/actor": grad_norm,
-        "lr/actor": optimizer.param_groups[0]["lr"],
-        **losses,
+        # generate, train, step (+ generate_baseline, train_critic)
+        **{f"time/{phase}": phase_s for phase, phase_s in seconds.items()},
+        "lr/actor": run.optimizer.param_groups[0]["lr"],
+        **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl)
+        **critic_stats,  # grad_norm/critic, lr/critic, loss/value, critic/explained_variance, ...
     }
 
 
@@ -173,6 +225,8 @@ def summarize(cfg, plan, history, first_eval, last_eval, wall_s, policy) -> dict
         "time/step_mean": step_s / max(len(history), 1),
         "time/generate_share": float(np.sum([r["time/generate"] for r in history])) / step_s if step_s else None,
         "time/train_share": float(np.sum([r["time/train"] for r in history])) / step_s if step_s else None,
+        **{f"{key}_share": float(np.sum([r[key] for r in history])) / step_s
+           for key in ("time/generate_baseline", "time/train_critic") if history and key in history[0] and step_s},
         "samples_per_s": (history[-1]["samples"] / step_s) if step_s else None,
         "model_params": policy.num_params,
         "batchscale_version": __version__,

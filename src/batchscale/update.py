@@ -4,7 +4,10 @@ Single pass: the B_train = P * G responses of a rollout boundary feed exactly on
 micro-batches are summed; each micro-batch loss is already its share of the batch loss (losses.token_weights divides by
 a batch-wide normalizer), so the accumulated gradient equals the full-batch gradient whatever `micro_batch_size` is.
 In the single pass the sampling policy is the current one, so logp_old is logp detached (ratio 1) and the clipped
-surrogate reduces to the policy gradient; extra epochs (PPO) pass the stored logp_old.
+surrogate reduces to the policy gradient. With `ppo_epochs` > 1 or `ppo_mini_batches` > 1 the rollout batch feeds
+epochs x mini-batches updates; logp_old is then stored from a no-grad forward before the first update, mini-batches
+are contiguous runs of whole prompts (the same split every epoch, so GRPO groups stay together), and each mini-batch's
+loss is normalized over that mini-batch.
 
 The gradient norm is logged before clipping: it is the paper's gradient-noise proxy.
 """
@@ -12,11 +15,13 @@ The gradient norm is logged before clipping: it is the paper's gradient-noise pr
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
+import numpy as np
 import torch
 
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
-from batchscale.batching import SequenceBatch, iter_micro_batches, token_logprobs
+from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches, token_logprobs
 
 
 def build_optimizer(params, optim_cfg, lr: float) -> torch.optim.Optimizer:
@@ -70,3 +75,34 @@ def clip_and_step(model, optimizer: torch.optim.Optimizer, max_grad_norm: float 
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
+
+
+def iter_updates(num_rows: int, epochs: int, mini_batches: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) rows of each optimizer update: `epochs` passes over `mini_batches` contiguous mini-batches."""
+    size = num_rows // mini_batches
+    for _ in range(epochs):
+        for start in range(0, num_rows, size):
+            yield start, start + size
+
+
+def mean_stats(records: list[dict]) -> dict:
+    """Per-update statistics averaged over a step's updates (a single update: its own values)."""
+    return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
+
+
+def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tensor, plan, algo_cfg,
+                  max_grad_norm: float | None, ref_model=None) -> dict:
+    """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics, averaged
+    over the updates; `grad_norm/actor` is before clipping."""
+    logp_old = None
+    if plan.updates_per_step > 1:  # later updates must compare against the sampling policy, so store it first
+        logp_old = forward_in_micro_batches(lambda mb: token_logprobs(model, mb), batch, plan.micro_batch_size)
+    records = []
+    for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
+        mini, width = batch.rows(start, stop)
+        stats = accumulate_policy_gradient(
+            model, mini, advantages[start:stop, :width], plan.micro_batch_size, algo_cfg.clip_eps,
+            algo_cfg.loss_aggregation, logp_old=None if logp_old is None else logp_old[start:stop, :width],
+            ref_model=ref_model, kl_coef=algo_cfg.kl_coef)
+        records.append({"grad_norm/actor": clip_and_step(model, optimizer, max_grad_norm), **stats})
+    return mean_stats(records)

@@ -6,6 +6,8 @@ never by micro-batch statistics. Summing the micro-batch gradients then gives ex
 
 - Clipped surrogate (PPO, Schulman et al. 2017) at token level: -min(rho * A, clip(rho, 1 - eps, 1 + eps) * A) with
   rho = exp(logp - logp_old).
+- Clipped value loss (PPO2, as in verl and OpenRLHF): 0.5 * max((V - R)^2, (V_clip - R)^2) with
+  V_clip = V_old + clip(V - V_old, -c, c); V_old is the critic's value at rollout time, R the GAE return.
 - KL to a frozen reference with the k3 estimator (Schulman 2020): exp(ref - logp) - (ref - logp) - 1 >= 0.
 """
 
@@ -37,6 +39,24 @@ def clipped_policy_loss(
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
     loss = -(torch.minimum(unclipped, clipped) * weights).sum()
     clip_frac = ((clipped < unclipped).float() * weights).sum().detach()
+    return loss, clip_frac
+
+
+def clipped_value_loss(
+    values: torch.Tensor,  # (N, T) the critic's current values
+    values_old: torch.Tensor,  # (N, T) its values at rollout time (the ones GAE used)
+    returns: torch.Tensor,  # (N, T) regression targets
+    weights: torch.Tensor,  # (N, T) from token_weights
+    value_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (loss, clipped-fraction numerator): the weighted sum of 0.5 * max((V - R)^2, (V_clip - R)^2)."""
+    unclipped = (values - returns) ** 2  # (N, T)
+    if value_clip is None:
+        return 0.5 * (unclipped * weights).sum(), torch.zeros(())
+    clipped_values = values_old + (values - values_old).clamp(-value_clip, value_clip)
+    clipped = (clipped_values - returns) ** 2
+    loss = 0.5 * (torch.maximum(unclipped, clipped) * weights).sum()
+    clip_frac = ((clipped > unclipped).float() * weights).sum().detach()
     return loss, clip_frac
 
 

@@ -31,6 +31,15 @@ class Policy:
     tokenizer: object
     name: str
 
+    chat_template: bool = False
+
+    def format_prompts(self, prompts: list[str]) -> list[str]:
+        """The text the model sees: the task's prompt, or a user turn in the model's chat format."""
+        if not self.chat_template:
+            return prompts
+        return [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                   add_generation_prompt=True) for p in prompts]
+
     @property
     def num_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -56,6 +65,10 @@ def smollm2_dir(log=print) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    # The tensors are already de-quantized to float32; only the "gguf quantizer" marker blocks save_pretrained.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
@@ -91,4 +104,6 @@ def load_policy(model_cfg, task_cfg, log=print) -> Policy:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()  # no dropout anywhere: the update must be a deterministic function of the batch
-    return Policy(model, tokenizer, model_cfg.name)
+    if model_cfg.chat_template and not getattr(tokenizer, "chat_template", None):
+        raise UserError("model.chat_template", f"{model_cfg.name} has no chat template", "set model.chat_template = false")
+    return Policy(model, tokenizer, model_cfg.name, model_cfg.chat_template)

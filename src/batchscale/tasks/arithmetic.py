@@ -2,8 +2,8 @@
 
 Operands are uniform over [0, 10**digits); each problem takes one operation from `operations`. Problems are split
 into train and eval by a hash of (a, op, b, split_seed): about 1 in 8 problems is held out, whatever the number of
-digits, so the split is deterministic and disjoint without enumerating the problem space. The eval set is the first
-`eval_size` held-out problems in a seeded order, identical for every run that shares the task config.
+digits, so the split is deterministic and disjoint without enumerating the problem space. The eval set is `eval_size`
+distinct held-out problems in a seeded order, identical for every run that shares the task config.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ArithmeticTask(Task):
         self.reward_fn = resolve_reward(reward)
         self.accuracy_fn = integer_match  # eval/accuracy counts exact answers whatever reward training uses
         self.limit = 10**digits
-        held_out = self.limit**2 * len(operations) // EVAL_SHARE
+        held_out = self.limit**2 * len(operations) // EVAL_SHARE // 2  # distinct problems, drawn by rejection
         if eval_size > held_out:
             from batchscale.errors import UserError
 
@@ -69,7 +69,13 @@ class ArithmeticTask(Task):
         return out
 
     def _build_eval(self) -> list[Example]:
-        return self._draw(np.random.default_rng([self.split_seed, 0xE7A1]), self.eval_size, want_eval=True)
+        """`eval_size` distinct held-out problems, in a seeded order."""
+        rng = np.random.default_rng([self.split_seed, 0xE7A1])
+        distinct: dict[Example, None] = {}
+        while len(distinct) < self.eval_size:
+            for ex in self._draw(rng, self.eval_size - len(distinct), want_eval=True):
+                distinct.setdefault(ex)
+        return list(distinct)
 
     def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
         return self._draw(rng, count, want_eval=False)

@@ -4,6 +4,8 @@
   ("The answer is 82."), so it serves both the built-in tiny model and an instruction-tuned model.
 - `exact_match`: 1.0 if the stripped response equals the stripped answer.
 - `prefix_match`: 1.0 if the stripped response starts with the stripped answer.
+- `last_integer_match`: like `integer_match` on the last integer: for models that restate the question first
+  ("12 + 35 = 47").
 - `digit_match`: partial credit for integer answers: the fraction of digit positions, aligned from the right (units with
   units), where the first integer in the response agrees with the answer, over the longer of the two. 1.0 exactly
   when `integer_match` is 1.0. A dense reward gives GRPO groups unequal rewards far more often than a 0/1 reward, so a
@@ -26,6 +28,11 @@ def integer_match(response: str, answer: str) -> float:
     return float(found is not None and found.group() == answer.strip())
 
 
+def last_integer_match(response: str, answer: str) -> float:
+    found = _INTEGER.findall(response)
+    return float(bool(found) and found[-1] == answer.strip())
+
+
 def exact_match(response: str, answer: str) -> float:
     return float(response.strip() == answer.strip())
 
@@ -43,7 +50,7 @@ def digit_match(response: str, answer: str) -> float:
     return agree / max(len(predicted), len(expected))
 
 
-REWARDS: dict[str, RewardFn] = {f.__name__: f for f in (integer_match, exact_match, prefix_match, digit_match)}
+REWARDS: dict[str, RewardFn] = {f.__name__: f for f in (integer_match, last_integer_match, exact_match, prefix_match, digit_match)}
 
 
 def resolve_reward(spec: str) -> RewardFn:

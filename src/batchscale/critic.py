@@ -1,0 +1,122 @@
+"""The PPO critic: a value model of the policy's own family, its own optimizer, and its micro-batched update.
+
+The value model is the policy's transformer body (its `base_model`: the decoder without the LM head) with a scalar
+linear head, as in OpenRLHF's critic and TRL's value head. It is copied from the policy before the first update, so it
+starts from the same checkpoint whatever the policy was loaded from (the built-in tiny model, a local directory, a
+de-quantized GGUF) and needs no second load from disk nor a per-architecture `...ForTokenClassification` class (not
+every family has one, and their heads carry dropout). The head is initialized with a small std (1 / (hidden + 1), as in
+OpenRLHF) so that initial values are near 0; it computes in float32 whatever the body's dtype.
+
+Values are per-token like every other tensor in `batching`: (N, L - 1), position t the value of the state after tokens
+<= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
+(`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
+it, and follows the same epochs x mini-batches schedule as the actor (`update.iter_updates`). The critic has its own
+learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and its own gradient
+clipping; Adam's other settings come from `optim`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from batchscale.algorithms.losses import clipped_value_loss, token_weights
+from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches
+from batchscale.update import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
+
+
+class ValueModel(nn.Module):
+    def __init__(self, body: nn.Module, hidden_size: int):
+        super().__init__()
+        self.body = body
+        self.head = nn.Linear(hidden_size, 1, dtype=torch.float32, device=next(body.parameters()).device)
+        nn.init.normal_(self.head.weight, std=1 / (hidden_size + 1))
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return self.head(out.last_hidden_state.float()).squeeze(-1)  # (N, L, H) -> (N, L)
+
+
+def build_value_model(policy_model: nn.Module) -> ValueModel:
+    """A value model from the policy's body, copied before any update (so: from the policy's checkpoint)."""
+    body = copy.deepcopy(policy_model.base_model)
+    return ValueModel(body, policy_model.config.hidden_size).eval()  # eval: no dropout, the update is deterministic
+
+
+def token_values(model: ValueModel, batch: SequenceBatch) -> torch.Tensor:
+    """(N, L - 1) V at each position whose next token is a target, aligned with `batching.token_logprobs`."""
+    return model(batch.input_ids, batch.attention_mask)[:, :-1]
+
+
+def accumulate_value_gradient(
+    model: ValueModel,
+    batch: SequenceBatch,
+    values_old: torch.Tensor,  # (N, L-1) values at rollout time
+    returns: torch.Tensor,  # (N, L-1) targets
+    micro_batch_size: int,
+    value_clip: float | None,
+    aggregation: str = "token-mean",
+) -> dict:
+    """Sum the micro-batch gradients of the batch value loss into .grad. Returns loss statistics for the log."""
+    normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
+    stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}
+    for start, stop in iter_micro_batches(len(batch), micro_batch_size):
+        mb, width = batch.rows(start, stop)
+        weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
+        loss, clip_frac = clipped_value_loss(token_values(model, mb), values_old[start:stop, :width],
+                                             returns[start:stop, :width], weights, value_clip)
+        loss.backward()
+        stats["loss/value"] += loss.item()
+        stats["critic/value_clip_frac"] += clip_frac.item()
+    return stats
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(R - V) / Var(R) over response tokens: 1 is a perfect critic, 0 no better than a constant."""
+    keep = mask > 0
+    target, residual = returns[keep], (returns - values)[keep]
+    variance = target.var(unbiased=False)
+    return float(1 - residual.var(unbiased=False) / variance) if variance > 0 else float("nan")
+
+
+@dataclass
+class Critic:
+    """The value model with its optimizer and update settings: what the training loop holds for `needs_critic`."""
+
+    model: ValueModel
+    optimizer: torch.optim.Optimizer
+    plan: object  # config.BatchPlan
+    value_clip: float | None
+    max_grad_norm: float | None
+    aggregation: str
+
+    def values(self, batch: SequenceBatch) -> torch.Tensor:
+        """(N, L - 1) values at rollout time, without gradients."""
+        return forward_in_micro_batches(lambda mb: token_values(self.model, mb), batch, self.plan.micro_batch_size)
+
+    def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor) -> dict:
+        """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping."""
+        records = []
+        for start, stop in iter_updates(len(batch), self.plan.ppo_epochs, self.plan.ppo_mini_batches):
+            mini, width = batch.rows(start, stop)
+            stats = accumulate_value_gradient(self.model, mini, values_old[start:stop, :width],
+                                              returns[start:stop, :width], self.plan.micro_batch_size,
+                                              self.value_clip, self.aggregation)
+            records.append({"grad_norm/critic": clip_and_step(self.model, self.optimizer, self.max_grad_norm), **stats})
+        return {
+            **mean_stats(records),
+            "lr/critic": self.optimizer.param_groups[0]["lr"],
+            "critic/explained_variance": explained_variance(values_old, returns, batch.response_mask),
+            "critic/value_mean": float(values_old[batch.response_mask > 0].mean()),
+        }
+
+
+def build_critic(policy_model: nn.Module, cfg, plan) -> Critic:
+    model = build_value_model(policy_model)
+    optimizer = build_optimizer(model.parameters(), cfg.optim, plan.critic.lr)
+    return Critic(model, optimizer, plan, cfg.critic.value_clip, cfg.critic.max_grad_norm,
+                  cfg.algorithm.loss_aggregation)

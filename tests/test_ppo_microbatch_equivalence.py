@@ -1,0 +1,146 @@
+"""Micro-batching changes execution only, for PPO's actor and critic: micro_batch_size 1 and the full batch give the same
+gradients, in the single pass and with extra epochs and mini-batches (logp_old and values stored before the update)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from batchscale.algorithms.advantages import AdvantageInputs, gae_returns, ppo_advantages
+from batchscale.batching import collate
+from batchscale.config import ModelConfig, TaskConfig, derive_plan, load_config
+from batchscale.critic import Critic, accumulate_value_gradient, build_value_model
+from batchscale.policy.load import load_policy
+from batchscale.update import accumulate_policy_gradient, build_optimizer, update_policy
+
+LR = 1e-3
+
+
+@pytest.fixture(scope="module")
+def policy(random_model_dir):
+    return load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def rollout(policy):
+    """P=3 prompts x G=4 responses of different lengths (so micro-batches pad differently), with rewards."""
+    tok, g = policy.tokenizer, torch.Generator().manual_seed(0)
+    prompts, responses = [], []
+    for p in range(3):
+        for _ in range(4):
+            prompts.append(tok(f"{p + 10}+{p * 7}=")["input_ids"])
+            length = int(torch.randint(1, 6, (1,), generator=g))
+            responses.append(torch.randint(4, 20, (length,), generator=g).tolist() + [tok.eos_token_id])
+    batch = collate(prompts, responses, tok.pad_token_id)
+    rewards = torch.rand(12, generator=g)
+    return batch, rewards
+
+
+def ppo_config(random_model_dir, micro_batch_size, epochs=1, mini_batches=1):
+    return load_config(None, [
+        f"model.name='{random_model_dir}'", "algorithm.name=ppo", "batch.prompts_per_step=3", "batch.samples_per_prompt=4",
+        f"batch.micro_batch_size={micro_batch_size}", "batch.reference_samples_per_step=12", "run.budget_samples=12",
+        f"algorithm.ppo_epochs={epochs}", f"algorithm.ppo_mini_batches={mini_batches}", "algorithm.gamma=0.9",
+        "algorithm.gae_lambda=0.8", f"critic.lr={LR}", "critic.value_clip=0.05",
+        # Adam's step is lr * g / (|g| + eps): with eps well above float rounding of g, a gradient entry near 0 cannot
+        # turn float noise into a full-size step, so parameters after the update can be compared tightly
+        "optim.eps=1e-6"])
+
+
+def inputs_for(critic_model, batch, rewards):
+    """Advantage inputs with the critic's values; the value head is scaled up so that values are far from 0."""
+    with torch.no_grad():
+        values = critic_model(batch.input_ids, batch.attention_mask)[:, :-1] * batch.response_mask  # (N, T)
+    return AdvantageInputs(rewards, batch.response_mask, 4, values=values, gamma=0.9, gae_lambda=0.8)
+
+
+@pytest.fixture(scope="module")
+def critic_model(policy):
+    torch.manual_seed(0)
+    model = build_value_model(policy.model)
+    with torch.no_grad():
+        model.head.weight.mul_(50.0)
+    return model
+
+
+def test_critic_values_do_not_depend_on_micro_batching(policy, critic_model, rollout, random_model_dir):
+    batch, _ = rollout
+    values = [Critic(critic_model, None, derive_plan(ppo_config(random_model_dir, m)), 0.2, 1.0, "token-mean").values(batch)
+              for m in (1, 4, 12)]
+    mask = batch.response_mask  # only response positions are used; past a micro-batch's own width the values are 0
+    torch.testing.assert_close(values[0] * mask, values[2] * mask, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(values[1] * mask, values[2] * mask, rtol=1e-5, atol=1e-5)
+    assert (values[2] * mask).abs().sum() > 0
+
+
+@pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
+def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, aggregation):
+    batch, rewards = rollout
+    inputs = inputs_for(critic_model, batch, rewards)
+    returns = gae_returns(inputs)
+    # values at rollout time differ from the current ones (as after an earlier epoch), so clipping is active
+    values_old = inputs.values + 0.1 * torch.sin(torch.arange(inputs.values.numel()).view_as(inputs.values).float())
+    grads, stats = {}, {}
+    for micro in (1, 4, 12):
+        model = copy.deepcopy(critic_model)
+        stats[micro] = accumulate_value_gradient(model, batch, values_old, returns, micro, 0.05, aggregation)
+        grads[micro] = [p.grad.clone() for p in model.parameters()]
+    assert 0 < stats[12]["critic/value_clip_frac"] < 1
+    for micro in (1, 4):
+        assert stats[micro]["loss/value"] == pytest.approx(stats[12]["loss/value"], rel=1e-5)
+        for g, g_full in zip(grads[micro], grads[12]):  # float32 sums in another order: agree to 1e-5 of the largest
+            torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-5 * float(g_full.abs().max()))
+
+
+def test_actor_gradient_with_ppo_advantages_micro_batch_1_equals_full_batch(policy, critic_model, rollout):
+    batch, rewards = rollout
+    advantages = ppo_advantages(inputs_for(critic_model, batch, rewards))
+    grads = {}
+    for micro in (1, 12):
+        model = copy.deepcopy(policy.model)
+        accumulate_policy_gradient(model, batch, advantages, micro, 0.2)
+        grads[micro] = [p.grad.clone() for p in model.parameters()]
+    assert any(g.abs().sum() > 0 for g in grads[12])
+    for g, g_full in zip(grads[1], grads[12]):
+        torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-7)
+
+
+def full_update(policy, critic_model, rollout, random_model_dir, micro, epochs, mini_batches):
+    """The trainer's actor and critic updates for one rollout batch; returns the parameters after them and the stats."""
+    cfg = ppo_config(random_model_dir, micro, epochs, mini_batches)
+    plan = derive_plan(cfg)
+    batch, rewards = rollout
+    actor, value_model = copy.deepcopy(policy.model), copy.deepcopy(critic_model)
+    critic = Critic(value_model, build_optimizer(value_model.parameters(), cfg.optim, plan.critic.lr), plan,
+                    cfg.critic.value_clip, cfg.critic.max_grad_norm, "token-mean")
+    inputs = AdvantageInputs(rewards, batch.response_mask, 4, values=critic.values(batch), gamma=0.9, gae_lambda=0.8)
+    actor_stats = update_policy(actor, build_optimizer(actor.parameters(), cfg.optim, LR), batch, ppo_advantages(inputs),
+                                plan, cfg.algorithm, cfg.optim.max_grad_norm)
+    critic_stats = critic.update(batch, inputs.values, gae_returns(inputs))
+    return list(actor.parameters()), list(value_model.parameters()), {**actor_stats, **critic_stats}
+
+
+@pytest.mark.parametrize("epochs, mini_batches", [(1, 1), (2, 3)])
+def test_actor_and_critic_updates_do_not_depend_on_micro_batching(policy, critic_model, rollout, random_model_dir,
+                                                                   epochs, mini_batches):
+    full = 12 // mini_batches
+    actor_1, critic_1, stats_1 = full_update(policy, critic_model, rollout, random_model_dir, 1, epochs, mini_batches)
+    actor_n, critic_n, stats_n = full_update(policy, critic_model, rollout, random_model_dir, full, epochs, mini_batches)
+    for key in ("grad_norm/actor", "grad_norm/critic", "loss/policy", "loss/value"):
+        assert stats_1[key] == pytest.approx(stats_n[key], rel=1e-4, abs=1e-7), key
+    assert stats_n["grad_norm/critic"] > 0 and stats_n["grad_norm/actor"] > 0
+    if epochs * mini_batches > 1:  # later updates compare against the stored rollout-time log-probs and values
+        assert stats_n["actor/clip_frac"] >= 0 and stats_n["critic/value_clip_frac"] > 0
+    # parameters agree to 1% of one Adam step per update (see optim.eps above)
+    tolerance = 1e-2 * LR * epochs * mini_batches
+    for p1, pn in zip(actor_1 + critic_1, actor_n + critic_n):
+        torch.testing.assert_close(p1, pn, rtol=0, atol=tolerance)
+
+
+def test_the_critic_update_moves_only_the_critic(policy, critic_model, rollout, random_model_dir):
+    actor, value_params, _ = full_update(policy, critic_model, rollout, random_model_dir, 12, 1, 1)
+    assert any(not torch.equal(a, b) for a, b in zip(value_params, critic_model.parameters()))
+    body = dict(policy.model.base_model.named_parameters())
+    assert all(torch.equal(body[name], p) for name, p in critic_model.body.named_parameters())  # the policy is untouched
