@@ -28,8 +28,6 @@ import typer
 
 from batchscale.errors import UserError
 
-profile_app = typer.Typer(help="Measure throughput on this machine (generation vs concurrency).", no_args_is_help=True)
-
 
 def default_concurrencies(max_concurrency: int) -> list[int]:
     """1, 2, 4, ... up to max_concurrency (which is included even when it is not a power of two)."""
@@ -181,7 +179,6 @@ def print_table(result: dict) -> None:
     Console(width=140).print(table)
 
 
-@profile_app.command("generation")
 def generation(
     model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",

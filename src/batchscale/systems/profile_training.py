@@ -1,0 +1,271 @@
+"""`batchscale profile training`: seconds per policy update against batch size, the linear cost law, and utilization.
+
+For each batch B (sequences per optimizer update) we build one rollout batch from the built-in task: B prompts drawn
+with a fixed seed, each followed by its reference answer and <eos> as the response (the length a correct response has,
+without running the generator; plain prompts, as the trainer sends them with `model.chat_template = false`). The timed
+region is what the trainer's `train` phase does for a single-pass GRPO step: `accumulate_policy_gradient` over
+micro-batches (forward, clipped surrogate, backward) then `clip_and_step` (gradient clipping and an AdamW step). The
+advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
+Each B gets one untimed warm-up update (it also allocates the optimizer state), then `repeats` timed updates with timers
+that synchronize the device; the median is reported.
+
+Per B: seconds, tokens/s and samples/s, where tokens = prompt + response tokens of the batch (padding excluded;
+`padded_tokens` counts what the micro-batches actually compute). The cost law time_s = a + b * tokens is fitted with
+`systems.knee.fit_training_cost`.
+
+Utilization follows the 6 * N * D rule (Kaplan et al. 2020; forward 2 N, backward 4 N FLOPs per token with N the
+parameter count, attention's context term ignored, which is small at these lengths): achieved FLOP/s =
+6 * params * tokens / seconds, over the matmul peak measured here with torch for the dtype in use (both float32 and
+bfloat16 are measured; `measure_matmul_rates`): a GEMM of the model's MLP up-projection shape, not a vendor number, so
+utilization says how close the update gets to what this machine's matmul reaches at that size. Departure from "median
+of repeats": the peak is the best of its samples (`summarize_peak`), because on shared cores other processes halve
+individual samples; the median is reported beside it. Update times stay medians. Utilization can exceed 1 slightly when
+the model's matmuls run faster than the benchmark shape, or when the peak samples were all disturbed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from batchscale.errors import UserError
+
+DEFAULT_BATCHES = "8,16,32,64,128"
+PEAK_DTYPES = ("float32", "bfloat16")
+
+
+def parse_batches(text: str) -> list[int]:
+    """'16,32,64' -> [16, 32, 64] (sorted, unique); every batch must be an integer >= 1."""
+    try:
+        batches = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UserError("batches", f"not a comma list of integers: {text!r}", "pass e.g. --batches 16,32,64") from None
+    if not batches or batches[0] < 1:
+        raise UserError("batches", f"every batch must be an integer >= 1, got {text!r}", "pass e.g. --batches 16,32,64")
+    return batches
+
+
+def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> None:
+    """None means one micro-batch per update; an explicit size must divide every batch (whole micro-batches)."""
+    if micro_batch_size is None:
+        return
+    if micro_batch_size < 1:
+        raise UserError("micro_batch_size", f"must be >= 1, got {micro_batch_size}", "pass e.g. --micro-batch-size 16")
+    bad = [b for b in batches if b % micro_batch_size]
+    if bad:
+        raise UserError("micro_batch_size", f"{micro_batch_size} does not divide batch {bad[0]} (updates take whole "
+                        "micro-batches)", "pick a divisor of every batch, or omit it for one micro-batch per update")
+
+
+def build_batch(policy, task, batch: int, seed: int, device):
+    """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts."""
+    import numpy as np
+
+    from batchscale.batching import collate
+
+    tok = policy.tokenizer
+    examples = task.sample_train(np.random.default_rng(seed), batch)
+    prompt_ids = [list(ids) for ids in tok(policy.format_prompts([e.prompt for e in examples]))["input_ids"]]
+    response_ids = [tok(e.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for e in examples]
+    return collate(prompt_ids, response_ids, tok.pad_token_id, device)
+
+
+def measure_matmul_rates(dtype: str, m: int, k: int, n: int, device="cpu", repeats: int = 7,
+                         min_time_s: float = 0.02) -> list[float]:
+    """FLOP/s samples of torch.matmul of (m, k) @ (k, n) in `dtype` (2 m k n FLOPs each): after a warm-up, each of
+    `repeats` samples runs enough matmuls to last ~min_time_s, with the device synchronized around it."""
+    import torch
+
+    from batchscale.policy.load import DTYPES
+    from batchscale.telemetry.timers import synchronize
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=gen).to(device=device, dtype=DTYPES[dtype])
+    b = torch.randn(k, n, generator=gen).to(device=device, dtype=DTYPES[dtype])
+
+    def timed(iters: int) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    once_s = min(timed(1), timed(1))  # the first call loads kernels; the faster one sizes the inner loop
+    iters = max(1, min(1000, round(min_time_s / max(once_s, 1e-7))))
+    return [2 * m * k * n * iters / timed(iters) for _ in range(repeats)]
+
+
+def summarize_peak(rates: list[float]) -> dict:
+    """The peak is the best sample: interference from other processes only ever slows a sample down, so on shared
+    cores the median of a short benchmark measures the neighbours, not the machine. The median is kept beside it."""
+    return {"best": max(rates), "median": statistics.median(rates), "samples": rates}
+
+
+def matmul_shape(model, tokens: int) -> tuple[int, int, int]:
+    """The benchmark GEMM: (tokens, hidden) @ (hidden, intermediate), the MLP up-projection over the tokens of one
+    micro-batch of the largest batch (clamped to [256, 2048] rows: big enough to run at full rate, small enough that a
+    slow CPU bf16 GEMM still measures in seconds)."""
+    cfg = model.config
+    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 1024)
+    inner = getattr(cfg, "intermediate_size", None) or 4 * hidden
+    return min(max(tokens, 256), 2048), hidden, inner
+
+
+def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device) -> list[float]:
+    """Seconds of each of `repeats` full updates (after one untimed warm-up update)."""
+    from batchscale.telemetry.timers import synchronize
+    from batchscale.update import accumulate_policy_gradient, clip_and_step
+
+    def update():
+        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2)
+        clip_and_step(model, optimizer, max_grad_norm=1.0)
+
+    update()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        update()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def padded_tokens(batch, micro_batch_size: int) -> int:
+    """Token positions the micro-batches compute: each is trimmed to its own longest sequence."""
+    from batchscale.batching import iter_micro_batches
+
+    return sum((stop - start) * batch.rows(start, stop)[0].input_ids.shape[1]
+               for start, stop in iter_micro_batches(len(batch), micro_batch_size))
+
+
+def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
+                     micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
+                     log=print) -> dict:
+    """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
+    import torch
+    from pydantic import ValidationError
+
+    from batchscale.config import ModelConfig, OptimConfig, TaskConfig
+    from batchscale.policy.load import load_policy
+    from batchscale.systems.knee import fit_training_cost
+    from batchscale.tasks import build_task
+    from batchscale.update import build_optimizer
+
+    validate_micro_batch(batches, micro_batch_size)
+    if repeats < 1:
+        raise UserError("repeats", f"must be >= 1, got {repeats}", "pass --repeats 1 or more")
+    if device not in ("auto", "cpu", "cuda"):
+        raise UserError("device", f"unknown device {device!r}", "use auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("device", "cuda is not available on this machine", "use --device cpu")
+    try:
+        model_cfg = ModelConfig(name=model, dtype=dtype)
+    except ValidationError as e:
+        error = e.errors()[0]
+        fix = "see `batchscale profile training --help`"
+        raise UserError("--" + str(error["loc"][-1]), error["msg"], fix) from None
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    task_cfg = TaskConfig()
+    task = build_task(task_cfg)
+    policy = load_policy(model_cfg, task_cfg, log)
+    policy.model.to(device)
+    params = policy.num_params
+    optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
+
+    sequence_batches = {b: build_batch(policy, task, b, seed, device) for b in batches}
+    largest = sequence_batches[batches[-1]]
+    micro_tokens = int(largest.attention_mask.sum()) * (micro_batch_size or len(largest)) // len(largest)
+    shape = matmul_shape(policy.model, micro_tokens)
+    peaks = {name: summarize_peak(measure_matmul_rates(name, *shape, device=device)) for name in PEAK_DTYPES}
+    peak = peaks[dtype]["best"]
+    log(f"matmul peak {shape[0]}x{shape[1]}x{shape[2]} (best / median GFLOP/s): " + ", ".join(
+        f"{name} {p['best'] / 1e9:.1f} / {p['median'] / 1e9:.1f}" for name, p in peaks.items()))
+    rows = []
+    for b in batches:
+        batch = sequence_batches[b]
+        micro = micro_batch_size or b
+        gen = torch.Generator().manual_seed(seed)
+        advantages = torch.randn(b, 1, generator=gen).to(device) * batch.response_mask  # (B, L-1)
+        times = time_update(policy.model, optimizer, batch, advantages, micro, repeats, device)
+        seconds = statistics.median(times)
+        tokens = int(batch.attention_mask.sum())
+        flops_per_s = 6 * params * tokens / seconds
+        row = {"batch": b, "tokens": tokens, "padded_tokens": padded_tokens(batch, micro), "seconds": seconds,
+               "seconds_repeats": times, "tokens_per_s": tokens / seconds, "samples_per_s": b / seconds,
+               "flops_per_s": flops_per_s, "utilization": flops_per_s / peak}
+        log(f"batch {b:>5}: {seconds:8.4f} s  {row['tokens_per_s']:9.0f} tok/s  {row['samples_per_s']:8.1f} "
+            f"samples/s  utilization {row['utilization']:.1%}  ({tokens} tokens, median of {repeats})")
+        rows.append(row)
+    fit = None
+    if len({r["tokens"] for r in rows}) >= 2:
+        law = fit_training_cost([r["tokens"] for r in rows], [r["seconds"] for r in rows])
+        # b <= 0 (noise swamped the slope) has no asymptote; None keeps the JSON strict (no Infinity)
+        asymptotic = 6 * params * law.tokens_per_s if law.b_s_per_token > 0 else None
+        fit = {"a": law.a_s, "b": law.b_s_per_token, **law.to_dict(), "flops_per_s_asymptotic": asymptotic,
+               "utilization_asymptotic": None if asymptotic is None else asymptotic / peak}
+        if asymptotic is None:
+            fit["tokens_per_s"] = None
+    return {
+        "model": model, "params": params, "dtype": dtype, "device": str(device), "threads": torch.get_num_threads(),
+        "micro_batch_size": micro_batch_size, "repeats": repeats, "task": task_cfg.name,
+        "peak_flops_per_s": peak, "peaks": peaks, "peak_matmul_shape": list(shape),
+        "rows": rows, "fit": fit,
+    }
+
+
+def print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    fit = result["fit"]
+    caption = "fit: need 2+ distinct token counts" if fit is None else (
+        f"time = {fit['a']:.3g} s + {fit['b']:.3g} s/token * tokens (R^2 {fit['r2']:.3f}); " + (
+            "slope <= 0: timings too noisy, add --repeats" if fit["tokens_per_s"] is None else
+            f"asymptotic {fit['tokens_per_s']:.4g} tok/s = {fit['utilization_asymptotic']:.1%} of peak"))
+    title = (f"training: {result['model']} ({result['params'] / 1e6:.2f}M params, {result['dtype']}) on "
+             f"{result['device']}, {result['threads']} threads; matmul peak {result['peak_flops_per_s'] / 1e9:.1f} "
+             f"GFLOP/s")
+    table = Table(title=title, caption=caption)
+    for column in ["batch", "tokens", "median s", "tok/s", "samples/s", "GFLOP/s", "utilization"]:
+        table.add_column(column, justify="right")
+    for row in result["rows"]:
+        table.add_row(str(row["batch"]), str(row["tokens"]), f"{row['seconds']:.4f}", f"{row['tokens_per_s']:.0f}",
+                      f"{row['samples_per_s']:.1f}", f"{row['flops_per_s'] / 1e9:.2f}", f"{row['utilization']:.1%}")
+    Console(width=140).print(table)
+
+
+def training(
+    model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
+    batches: Annotated[str, typer.Option(help="comma list of batch sizes (sequences per update)")] = DEFAULT_BATCHES,
+    micro_batch_size: Annotated[Optional[int], typer.Option(help="sequences per forward/backward; must divide "
+                                                                 "every batch (default: the whole batch)")] = None,
+    repeats: Annotated[int, typer.Option(help="timed updates per batch (median reported)")] = 3,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    seed: Annotated[int, typer.Option()] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
+) -> None:
+    """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
+    levels = parse_batches(batches)
+    validate_micro_batch(levels, micro_batch_size)
+    if threads is not None:
+        if threads < 1:
+            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
+        import torch
+
+        torch.set_num_threads(threads)
+    result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
+                              log=lambda message: typer.echo(message, err=True))
+    if json_out:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        print_table(result)

@@ -1,0 +1,95 @@
+"""`batchscale profile training` on a tiny random model: the JSON schema, the cost law, utilization, bad input -> 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from batchscale import cli
+from batchscale.systems import profile_training
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_profile(capsys, model_dir, *args) -> dict:
+    assert cli.main(["profile", "training", "--model", str(model_dir), "--threads", "1", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_on_a_tiny_run(capsys, random_model_dir):
+    result = run_profile(capsys, random_model_dir, "--batches", "8,32", "--repeats", "1", "--micro-batch-size", "4")
+    assert {"model", "params", "dtype", "peak_flops_per_s", "rows", "fit"} <= set(result)
+    assert result["dtype"] == "float32" and result["micro_batch_size"] == 4
+    assert result["params"] > 0
+    assert set(result["peaks"]) == {"float32", "bfloat16"}
+    fp32 = result["peaks"]["float32"]
+    assert result["peak_flops_per_s"] == fp32["best"] == max(fp32["samples"]) >= fp32["median"] > 0
+    assert [row["batch"] for row in result["rows"]] == [8, 32]
+    for row in result["rows"]:
+        assert {"batch", "tokens", "seconds", "tokens_per_s", "samples_per_s", "utilization"} <= set(row)
+        assert row["seconds"] > 0 and row["tokens"] <= row["padded_tokens"]
+        assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
+        assert row["samples_per_s"] == pytest.approx(row["batch"] / row["seconds"])
+        flops_per_s = 6 * result["params"] * row["tokens_per_s"]  # the 6 * N * D rule
+        assert row["utilization"] == pytest.approx(flops_per_s / result["peak_flops_per_s"])
+        assert 0 < row["utilization"] <= 1.5
+    assert {"a", "b", "r2", "tokens_per_s"} <= set(result["fit"])
+
+
+def test_time_grows_with_tokens(capsys, random_model_dir):
+    """Per-level timings are too noisy on shared cores to demand monotone rows; the fitted slope must be positive."""
+    result = run_profile(capsys, random_model_dir, "--batches", "16,64", "--repeats", "3")
+    tokens = [row["tokens"] for row in result["rows"]]
+    assert tokens[1] > 3 * tokens[0]
+    assert result["fit"]["b"] > 0
+
+
+def test_batch_is_prompt_plus_answer_and_eos(random_model_dir):
+    from batchscale.config import ModelConfig, TaskConfig
+    from batchscale.policy.load import load_policy
+    from batchscale.tasks import build_task
+
+    task_cfg = TaskConfig()
+    policy = load_policy(ModelConfig(name=str(random_model_dir)), task_cfg, log=lambda _: None)
+    batch = profile_training.build_batch(policy, build_task(task_cfg), 6, seed=0, device="cpu")
+    assert len(batch) == 6
+    for ids, mask, response in zip(batch.input_ids, batch.attention_mask, batch.response_mask):
+        text = policy.tokenizer.decode(ids[: int(mask.sum())], skip_special_tokens=False)
+        assert text.startswith("<bos>") and text.endswith("<eos>") and "=" in text
+        assert int(response.sum()) == len(text.split("=")[1]) - len("<eos>") + 1  # answer characters + <eos>
+    assert profile_training.padded_tokens(batch, 6) == batch.input_ids.numel()
+
+
+def test_matmul_rates_are_positive():
+    rates = profile_training.measure_matmul_rates("float32", 64, 32, 48, repeats=3, min_time_s=0.001)
+    assert len(rates) == 3 and min(rates) > 0
+
+
+@pytest.mark.parametrize("args", [["--batches", "0,8"], ["--batches", "8,x"], ["--model", "/no/such/dir"],
+                                  ["--micro-batch-size", "3"], ["--micro-batch-size", "0"], ["--repeats", "0"],
+                                  ["--dtype", "float16"], ["--threads", "0"], ["--device", "tpu"]])
+def test_bad_input_exits_2_before_compute(capsys, monkeypatch, args):
+    def no_compute(*_, **__):
+        raise AssertionError("bad input must fail before any measurement")
+
+    monkeypatch.setattr(profile_training, "measure_matmul_rates", no_compute)
+    monkeypatch.setattr(profile_training, "time_update", no_compute)
+    assert cli.main(["profile", "training", "--batches", "8,16", *args]) == 2
+    assert "error" in capsys.readouterr().err.lower()
+
+
+def test_noisy_negative_slope_keeps_json_strict(monkeypatch, random_model_dir):
+    times = iter([0.3, 0.1])  # the larger batch measured faster: the fitted slope is negative
+    monkeypatch.setattr(profile_training, "time_update", lambda *_, **__: [next(times)])
+    result = profile_training.profile_training(str(random_model_dir), batches=[4, 16], repeats=1, log=lambda _: None)
+    assert result["fit"]["b"] < 0 and result["fit"]["tokens_per_s"] is None
+    json.loads(json.dumps(result), parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+    profile_training.print_table(result)
