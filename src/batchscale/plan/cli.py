@@ -42,6 +42,25 @@ def plan(
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref)."""
+    decision, explanation, regime, source = make_plan(
+        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch
+    )
+    if json_out:
+        sys.stdout.write(json.dumps(plan_to_json(decision, explanation, regime, source), indent=2) + "\n")
+    else:
+        print_plan(decision, explanation, regime)
+
+
+def make_plan(
+    path: Path | None = None,
+    table: Path | None = None,
+    reference: str | None = None,
+    generation_profile: Path | None = None,
+    critical_generation_batch: float | None = None,
+    critical_training_batch: float | None = None,
+) -> tuple[Plan, str, Regime, dict]:
+    """The decision, its explanation, the regime and where the numbers came from (for `plan_to_json`); the `plan`
+    command and the report both call this, so they cannot disagree."""
     if (path is None) == (table is None):
         raise UserError("plan input", "needs exactly one of a sweep directory or --table", "give one of them")
     if table is not None:
@@ -66,11 +85,7 @@ def plan(
         critical_generation_batch if critical_generation_batch is not None else gen_knee,
         critical_training_batch if critical_training_batch is not None else b_simple,
     )
-    explanation = explain_decision(decision)
-    if json_out:
-        sys.stdout.write(json.dumps(plan_to_json(decision, explanation, regime, source), indent=2) + "\n")
-    else:
-        print_plan(decision, explanation, regime)
+    return decision, explain_decision(decision), regime, source
 
 
 def plan_to_json(decision: Plan, explanation: str, regime: Regime, source: dict) -> dict:

@@ -1,0 +1,57 @@
+"""`batchscale report SWEEP_DIR`: analyse (when analysis.json is missing), plan, and write report.html + report.md.
+
+Prints the report's path; with `--json` only `{"report_html", "report_md", "figures", **the plan document}` (the plan
+document is `batchscale plan --json`'s: reference, best, explanation, regime, rows, ...). Never imports the training stack.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from batchscale.errors import UserError
+
+
+def report(
+    sweep_dir: Annotated[Path, typer.Argument(help="Sweep directory holding runs/ (and analysis.json, if analysed).")],
+    generation_profile: Annotated[
+        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`.")
+    ] = None,
+    training_profile: Annotated[
+        Optional[Path], typer.Option("--training-profile", help="JSON of `profile training --json`.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+) -> None:
+    """One offline HTML page (and Markdown): the decision, its table, the curves, throughput and how it was measured."""
+    from batchscale.analysis.runs import AnalysisWarning
+    from batchscale.plan.load_sweep import ANALYSIS_CANDIDATES
+    from batchscale.report.build import write_report
+
+    if not sweep_dir.is_dir():
+        raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
+    for option, path in (("--generation-profile", generation_profile), ("--training-profile", training_profile)):
+        if path is not None and not path.is_file():  # checked before analysis writes anything
+            raise UserError(f"{option} {path}", "is not a file", "save the profile's --json output to it")
+    if not any((sweep_dir / name).is_file() for name in ANALYSIS_CANDIDATES):
+        from batchscale.analysis.analyze import analyze
+
+        typer.echo(f"no analysis.json in {sweep_dir}: analysing the runs first", err=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", AnalysisWarning)
+            analyze(sweep_dir)
+        for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, AnalysisWarning)):
+            typer.echo(f"warning: {message}", err=True)
+    written = write_report(sweep_dir, generation_profile, training_profile)
+    if json_out:
+        document = {"report_html": str(written["report_html"]), "report_md": str(written["report_md"]),
+                    "figures": [str(p) for p in written["figures"]], **written["plan"]}
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        best = written["plan"].get("best") or "none"
+        typer.echo(f"best: {best}. {written['plan']['explanation']}", err=True)
+        typer.echo(str(written["report_html"]))

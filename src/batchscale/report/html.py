@@ -1,0 +1,108 @@
+"""report.html: one self-contained file that opens offline. Plain HTML and a little CSS, no scripts, no network: every
+figure is an <img> with a base64 `data:image/png` URI. Every text from the inputs is HTML-escaped.
+
+Layout: the decision (winner, the one-sentence explanation, the regime), the decision table with the winner's row
+highlighted, the figures, the learning-side table, and how each number was measured.
+"""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from batchscale.report.figures import Figure
+from batchscale.report.inputs import ReportInputs
+from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows,
+                                      measurement_notes)
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+.decision { border: 2px solid #2e7d32; background: #f1f8e9; border-radius: 6px; padding: 0.8em 1.2em; margin: 1em 0; }
+.decision.none { border-color: #c62828; background: #ffebee; }
+.decision .winner { font-size: 1.3em; font-weight: 600; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f3f3f3; }
+tr.winner td { background: #c8e6c9; font-weight: 600; }
+tr.ineligible td { color: #888; }
+.figures { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 1em; }
+figure { margin: 0; }
+figure img { width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #555; }
+.muted { color: #666; font-size: 0.9em; }
+"""
+
+
+def image_data_uri(figure: Figure) -> str:
+    return "data:image/png;base64," + base64.b64encode(figure.path.read_bytes()).decode("ascii")
+
+
+def render_table(header: list[str], rows: list[tuple[str | None, list[str]]], table_id: str) -> str:
+    """rows: (css class or None, cells)."""
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in header)
+    body = "\n".join(
+        (f'<tr class="{css}">' if css else "<tr>") + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+        for css, cells in rows
+    )
+    return f'<table id="{table_id}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>'
+
+
+def render_decision(inputs: ReportInputs) -> str:
+    plan = inputs.plan
+    regime = plan["regime"]
+    css = "decision" if plan.get("best") else "decision none"
+    return (
+        f'<section class="{css}" id="decision">\n'
+        f'<p class="winner" id="winner">{escape(headline(plan))}</p>\n'
+        f'<p id="explanation">{escape(plan["explanation"])}</p>\n'
+        f'<p id="regime"><strong>Regime ({escape(regime["name"])}):</strong> {escape(regime["sentence"])}</p>\n'
+        f'<p class="muted">Reference {escape(plan["reference"])}; T = N*/q is the time to reach the target score, '
+        f"T/T_ref = rN / (q/q_ref).</p>\n</section>"
+    )
+
+
+def render_decision_table(inputs: ReportInputs) -> str:
+    best = inputs.plan.get("best")
+    rows = []
+    for row, cells in decision_rows(inputs.plan):
+        css = "winner" if row["label"] == best else (None if row.get("eligible", True) else "ineligible")
+        rows.append((css, (["\u2605 " + cells[0]] if css == "winner" else [cells[0]]) + cells[1:]))
+    return render_table(DECISION_HEADER, rows, "decision-table")
+
+
+def render_figure(figure: Figure) -> str:
+    return (f'<figure id="fig-{escape(figure.name.removesuffix(".png"))}">\n<img src="{image_data_uri(figure)}" '
+            f'alt="{escape(figure.title)}">\n<figcaption><strong>{escape(figure.title)}.</strong> '
+            f"{escape(figure.caption)}</figcaption>\n</figure>")
+
+
+def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
+    title = f"batchscale report: {inputs.sweep_dir.name}"
+    learning = render_table(LEARNING_HEADER, [(None, cells) for cells in learning_rows(inputs.analysis)],
+                            "learning-table")
+    notes = "\n".join(f"<li>{escape(note)}</li>" for note in measurement_notes(inputs))
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        f'<head>\n<meta charset="utf-8">\n<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>',
+        "<body>",
+        f"<h1>{escape(title)}</h1>",
+        '<p class="muted">Which batch configuration reaches the target score soonest in wall-clock time on this '
+        "machine, and why (two-stage procedure of arXiv 2608.29296: align learning, then accelerate).</p>",
+        render_decision(inputs),
+        "<h2>Decision table</h2>",
+        render_decision_table(inputs),
+        '<p class="muted">\u2605 the winner. Grey rows cannot win: infeasible, or censored in at least one seed.</p>',
+        "<h2>Figures</h2>",
+        '<div class="figures">', *(render_figure(f) for f in figures), "</div>",
+        "<h2>Learning side (analysis.json)</h2>",
+        learning,
+        '<h2 id="how-measured">How this was measured</h2>',
+        f"<ul>\n{notes}\n</ul>",
+        "</body>",
+        "</html>",
+    ]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,66 @@
+"""report.md: the same content as report.html in Markdown, for reading in a terminal or on a code host.
+
+Figures are linked by relative path (the PNGs sit in the output directory or next to analysis.json); the HTML is the
+self-contained version. The winner's row is marked with a star and bold label.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from batchscale.report.figures import Figure
+from batchscale.report.inputs import ReportInputs
+from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows,
+                                      measurement_notes)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(_cell(c) for c in cells) + " |" for cells in rows)]
+
+
+def figure_link(figure: Figure, out_dir: Path) -> str:
+    """Relative path from the report to the PNG: the drawn ones are written into out_dir, the reused ones stay put."""
+    target = out_dir / figure.name if figure.drawn else figure.path
+    return Path(os.path.relpath(target, out_dir)).as_posix()
+
+
+def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) -> str:
+    plan = inputs.plan
+    best = plan.get("best")
+    table = []
+    for row, cells in decision_rows(plan):
+        if row["label"] == best:
+            cells = [f"**\u2605 {cells[0]}**"] + cells[1:]
+        table.append(cells)
+    lines = [
+        f"# batchscale report: {inputs.sweep_dir.name}",
+        "",
+        f"## {headline(plan)}",
+        "",
+        plan["explanation"],
+        "",
+        f"**Regime ({plan['regime']['name']}):** {plan['regime']['sentence']}",
+        "",
+        f"Reference {plan['reference']}; T = N*/q is the time to reach the target score, T/T_ref = rN / (q/q_ref).",
+        "",
+        "## Decision table",
+        "",
+        *render_table(DECISION_HEADER, table),
+        "",
+        "\u2605 the winner. Rows that cannot win: infeasible, or censored in at least one seed.",
+        "",
+        "## Figures",
+        "",
+    ]
+    for figure in figures:
+        link = figure_link(figure, out_dir)
+        lines += [f"### {figure.title}", "", f"![{figure.title}]({link})", "", figure.caption, ""]
+    lines += ["## Learning side (analysis.json)", "", *render_table(LEARNING_HEADER, learning_rows(inputs.analysis)),
+              "", "## How this was measured", "", *(f"- {note}" for note in measurement_notes(inputs)), ""]
+    return "\n".join(lines)
