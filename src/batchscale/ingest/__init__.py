@@ -13,6 +13,7 @@ Every problem with the input is a UserError raised before anything is written. R
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from batchscale.errors import UserError
@@ -92,9 +93,10 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
 
 def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompts_per_step: int | None = None,
                samples_per_prompt: int | None = None, seed: int | None = None, overwrite: bool = False,
-               config_path: Path | None = None) -> dict:
+               config_path: Path | None = None, lr_rule: str | None = None) -> dict:
     """Import one run; returns {run_dir, run (run.json), summary}. Raises UserError, writing nothing, on bad input."""
     path, out = Path(path), Path(out)
+    check_lr_rule(lr_rule)
     check_out_dir(out, overwrite)
     parsed = parse_log(fmt, path)
     load_config(parsed, path, config_path)
@@ -102,6 +104,7 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     records, report = build_records(parsed, str(path), prompts * group, prompts)
     run_json = describe_run(parsed, fields, records, label, seed)
+    run_json["lr_rule"] = lr_rule or "unknown"
     run_json["import"] = {
         "path": str(path.absolute()),
         "format": fmt,
@@ -118,6 +121,15 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     summary = summarize_records(records)
     run_dir = write_run_dir(out, records, run_json, summary, overwrite)
     return {"run_dir": str(run_dir), "run": run_json, "summary": summary}
+
+
+LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
+
+
+def check_lr_rule(lr_rule: str | None) -> None:
+    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5)."""
+    if lr_rule is not None and not LR_RULE.match(lr_rule):
+        raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
 
 
 def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: str | None, seed: int | None) -> dict:

@@ -27,12 +27,16 @@ def import_run(
     samples_per_prompt: Annotated[Optional[int], typer.Option(min=1, help="G (else from the config).")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of this run (default: the config's, else 0).")] = None,
     config: Annotated[Optional[Path], typer.Option(help="Framework config, YAML/JSON (verl's is found).")] = None,
+    lr_rule: Annotated[
+        Optional[str], typer.Option(help="LR rule of the label: sqrt, linear, none, a=X (else unknown).")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a run already in --out.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Import a verl, OpenRLHF (TensorBoard) or TRL run, or a W&B history CSV, as a batchscale run directory."""
     result = import_log(format, path, out, label=label, prompts_per_step=prompts_per_step,
-                        samples_per_prompt=samples_per_prompt, seed=seed, overwrite=overwrite, config_path=config)
+                        samples_per_prompt=samples_per_prompt, seed=seed, overwrite=overwrite, config_path=config,
+                        lr_rule=lr_rule)
     report_problems(result["run"]["import"])
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,89 @@
+"""Write an export directory all at once, or not at all: scripts, README.md, sweep.json.
+
+Everything goes into a hidden sibling temp directory that is renamed into place, so a failed export leaves nothing
+behind. An existing non-empty --out is refused unless --overwrite, which replaces only a directory holding a previous
+export (its sweep.json), never an arbitrary one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from batchscale.errors import UserError
+
+MANIFEST = "sweep.json"
+
+
+def check_export_dir(out: Path, overwrite: bool) -> None:
+    """Raise before any work if `out` cannot receive the export."""
+    if out.exists() and not out.is_dir():
+        raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise UserError("--out", f"{out} is not empty", "choose a new or empty --out, or pass --overwrite")
+    if not (out / MANIFEST).is_file():
+        raise UserError("--out", f"{out} is a non-empty directory without a previous export ({MANIFEST})",
+                        "choose a new or empty --out; --overwrite only replaces an earlier export")
+
+
+def write_export_dir(out: Path, files: dict[str, str], executable: set[str], overwrite: bool) -> Path:
+    """Write {relative name: text} via a temp directory and an atomic rename; returns the absolute directory."""
+    check_export_dir(out, overwrite)
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temp_dir = out.parent / f".{out.name}.exporting-{os.getpid()}"
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    temp_dir.mkdir()
+    replaced_dir = None
+    try:
+        for name, text in files.items():
+            path = temp_dir / name
+            path.write_text(text)
+            if name in executable:
+                path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        if out.is_dir() and any(out.iterdir()):  # --overwrite of an earlier export, checked above
+            replaced_dir = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            out.rename(replaced_dir)
+        elif out.is_dir():
+            out.rmdir()
+        temp_dir.rename(out)
+        if replaced_dir is not None:
+            shutil.rmtree(replaced_dir)
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        if replaced_dir is not None and replaced_dir.exists() and not out.exists():
+            replaced_dir.rename(out)  # put the earlier export back
+        raise
+    return out
+
+
+def render_readme(fmt: str, sweep_file: str, target: str, points: list[dict]) -> str:
+    rows = "\n".join(
+        f"| `{p['script']}` | {p['label']} | {p['seed']} | {p['algorithm']} | {p['prompts_per_step']} | "
+        f"{p['samples_per_prompt']} | {p['samples_per_step']} | {p['lr']:.6g} | {p['num_steps']} |" for p in points)
+    return f"""# {fmt} launchers for {sweep_file}
+
+Exported by `batchscale export {fmt}`. Target: {target}.
+One script per sweep point; `sweep.json` holds the same numbers for programs.
+
+| script | label | seed | algorithm | P | G | P*G | lr | steps |
+|---|---|---|---|---|---|---|---|---|
+{rows}
+
+1. Set the inputs at the top of each script (or export them): `MODEL_PATH`, `TRAIN_FILES`, `VAL_FILES`{
+    ", `REWARD_FUNC`" if fmt.startswith("openrlhf") else ""}.
+   The batch, learning rate, step budget and seed are the sweep's and are written into each command.
+2. Run each script on the cluster: `bash <script> [extra {fmt} options]`. The engine's logs go to `work/<point>/`.
+3. Each script ends with the `batchscale import` line that writes `runs/<point>/` here (it is skipped, with a
+   message, where batchscale is not installed: run that last line elsewhere, with `SWEEP_DIR` and `RUN_DIR` set).
+4. `batchscale analyze {{this directory}}`, then `batchscale plan {{this directory}}`.
+"""
+
+
+def render_manifest(manifest: dict) -> str:
+    return json.dumps(manifest, indent=2) + "\n"
