@@ -84,24 +84,21 @@ def train(
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="where the demo writes its runs")] = Path("runs/demo"),
-    quick: Annotated[bool, typer.Option(help="a shorter run (for CI)")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="print the summary as JSON on stdout")] = False,
+    out: Annotated[Path, typer.Option(help="where the demo writes its sweep, profiles and report")] = Path("runs/demo"),
+    quick: Annotated[bool, typer.Option(help="a smaller sweep and profiles (about 2 minutes, for CI)")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="print the decision and timings as JSON on stdout")] = False,
 ):
-    """The main job on the built-in default. For now: one GRPO run of the built-in tiny model on arithmetic."""
-    from batchscale.config import load_config
-    from batchscale.progress import train_with_progress
+    """The main job: the two-stage procedure end to end on the built-in default (sweep, profiles, analysis, plan, report).
 
-    overrides = ["run.budget_samples=1024", "run.eval_every_samples=256"] if quick else []
-    cfg = load_config(None, overrides)
-    summary, run_dir = train_with_progress(cfg, out / "grpo-tiny", overwrite=True)
+    Rerunning with the same --out resumes the sweep: finished runs are kept.
+    """
+    from batchscale.demo import run_demo, summarize_demo
+
+    result = run_demo(out, quick)
     if json_out:
-        print_json({"run_dir": str(run_dir), **summary})
+        print_json(result)
     else:
-        typer.echo(
-            f"eval accuracy {summary['eval/accuracy_start']:.3f} -> {summary['eval/accuracy_end']:.3f} "
-            f"over {summary['samples']} samples in {summary['wall_s']:.0f} s\nrun log: {run_dir / 'metrics.jsonl'}"
-        )
+        typer.echo(summarize_demo(result))
 
 
 @app.command()
@@ -131,7 +128,9 @@ from batchscale.systems.cli import roofline as _roofline; app.command("roofline"
 from batchscale.plan.cli import plan as _plan; app.command("plan")(_plan)  # noqa: E402, E702
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
-from batchscale.systems.profile_generation import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
+from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702
+from batchscale.systems.profile_cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
+from batchscale.export.cli import export_launchers as _export; app.command("export")(_export)  # noqa: E402, E702
 
 
 if __name__ == "__main__":

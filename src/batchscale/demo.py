@@ -1,0 +1,129 @@
+"""The main job: the paper's two-stage procedure ("align, then accelerate") end to end on the built-in default, on CPU.
+
+1. Align learning: a GRPO sweep of the warm-started tiny model on arithmetic, at G = 8 over several P with the learning
+   rate retuned by the square-root rule, plus a fixed-LR control at one larger batch. Analysis on the sample axis:
+   N*, rN, the aligned family, the gradient-norm scaling and B_simple.
+2. Accelerate: profile generation throughput against active concurrency (the knee) and training time against batch.
+3. Decide: T = N*/q with q measured from the sweep's own step times, the feasible argmax of q / rN, the regime.
+4. Report: report.html (plots embedded) and report.md.
+
+The sweep file the demo runs is written into the output directory, so every number in the report can be reproduced
+with the ordinary commands (`batchscale sweep`, `analyze`, `profile`, `plan`, `report`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchscale.progress import console
+from batchscale.telemetry.runlog import write_json_atomic
+
+
+@dataclass(frozen=True)
+class DemoScale:
+    prompts_per_step: tuple[int, ...]  # the sqrt-LR family, G = 8
+    control_prompts_per_step: int  # the fixed-LR control
+    seeds: tuple[int, ...]
+    budget_samples: int
+    eval_every_samples: int
+    generation_levels: tuple[int, ...]
+    training_batches: tuple[int, ...]
+
+
+FULL = DemoScale((4, 8, 16, 32, 64), 32, (0, 1), 6144, 512, (1, 2, 4, 8, 16, 32, 64, 128, 256), (16, 32, 64, 128, 256))
+QUICK = DemoScale((8, 16, 32), 32, (0,), 1536, 256, (1, 4, 16, 64), (16, 64))
+
+
+def sweep_toml(scale: DemoScale) -> str:
+    return f"""# Written by `batchscale demo`: the learning side of the two-stage procedure.
+seeds = {list(scale.seeds)}
+
+[set]
+"model.name" = "tiny"
+"task.reward" = "digit_match"
+"batch.samples_per_prompt" = 8
+"batch.micro_batch_size" = 32
+"batch.reference_samples_per_step" = 128
+"optim.lr" = 1e-4
+"sampling.max_new_tokens" = 6
+"run.budget_samples" = {scale.budget_samples}
+"run.eval_every_samples" = {scale.eval_every_samples}
+
+[grid]
+"batch.prompts_per_step" = {list(scale.prompts_per_step)}
+
+[[points]]   # the control: a larger batch with the learning rate NOT rescaled
+"batch.prompts_per_step" = {scale.control_prompts_per_step}
+"optim.lr_rule" = "none"
+"""
+
+
+def run_demo(out: Path, quick: bool = False) -> dict:
+    from batchscale.analysis.analyze import analyze
+    from batchscale.plan.cli import make_plan, plan_to_json
+    from batchscale.report import build_report
+    from batchscale.sweep.driver import run_sweep
+    from batchscale.sweep.spec import load_sweep
+    from batchscale.systems.profile_generation import profile_generation
+    from batchscale.systems.profile_training import profile_training
+
+    scale = QUICK if quick else FULL
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profiles").mkdir(exist_ok=True)
+    seconds: dict[str, float] = {}
+
+    def stage(name: str, title: str):
+        console.rule(f"[bold]{title}")
+        return name, time.perf_counter()
+
+    def done(mark) -> None:
+        seconds[mark[0]] = time.perf_counter() - mark[1]
+
+    mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
+    sweep_file = out / "sweep.toml"
+    sweep_file.write_text(sweep_toml(scale))
+    run_sweep(load_sweep(sweep_file), out)
+    done(mark)
+
+    mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
+    generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=console.print)
+    write_json_atomic(out / "profiles" / "generation.json", generation)
+    training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=console.print)
+    write_json_atomic(out / "profiles" / "training.json", training)
+    done(mark)
+
+    mark = stage("analysis", "3/4 analyse on the sample axis and decide on the time axis")
+    analysis = analyze(out)
+    decision, explanation, regime, source = make_plan(out, generation_profile=out / "profiles" / "generation.json")
+    plan = plan_to_json(decision, explanation, regime, source)
+    write_json_atomic(out / "plan.json", plan)
+    done(mark)
+
+    mark = stage("report", "4/4 report")
+    report = build_report(out, out / "profiles" / "generation.json", out / "profiles" / "training.json")
+    done(mark)
+
+    result = {"out": str(out), "report": str(report), "best": plan["best"], "explanation": plan.get("explanation"),
+              "regime": plan.get("regime"), "reference": plan["reference"], "target": analysis.get("target"),
+              "seconds": seconds, "rows": plan["rows"]}
+    write_json_atomic(out / "demo.json", result)
+    return result
+
+
+def summarize_demo(result: dict) -> str:
+    lines = [f"decision: {result['best']} (reference {result['reference']}, target {result['target']})",
+             f"why: {result['explanation']}"]
+    regime = result.get("regime")
+    if isinstance(regime, dict):
+        lines.append(f"regime: {regime.get('name')}: {regime.get('sentence', '')}")
+    lines.append("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in result["seconds"].items())
+                 + f", total {sum(result['seconds'].values()):.0f} s")
+    lines.append(f"report: {result['report']}")
+    return "\n".join(lines)
+
+
+def load_result(out: Path) -> dict:
+    return json.loads((out / "demo.json").read_text())
