@@ -29,12 +29,13 @@ class DemoScale:
     seeds: tuple[int, ...]
     budget_samples: int
     eval_every_samples: int
+    eval_size: int
     generation_levels: tuple[int, ...]
     training_batches: tuple[int, ...]
 
 
-FULL = DemoScale((4, 8, 16, 32, 64), 32, (0, 1), 6144, 512, (1, 2, 4, 8, 16, 32, 64, 128, 256), (16, 32, 64, 128, 256))
-QUICK = DemoScale((8, 16, 32), 32, (0,), 1536, 256, (1, 4, 16, 64), (16, 64))
+FULL = DemoScale((4, 8, 16, 32, 64), 32, (0, 1), 6144, 512, 256, (1, 2, 4, 8, 16, 32, 64, 128, 256), (16, 32, 64, 128, 256))
+QUICK = DemoScale((8, 16, 32), 32, (0,), 1024, 256, 64, (1, 4, 16, 64), (16, 64))
 
 
 def sweep_toml(scale: DemoScale) -> str:
@@ -51,6 +52,7 @@ seeds = {list(scale.seeds)}
 "sampling.max_new_tokens" = 6
 "run.budget_samples" = {scale.budget_samples}
 "run.eval_every_samples" = {scale.eval_every_samples}
+"task.eval_size" = {scale.eval_size}
 
 [grid]
 "batch.prompts_per_step" = {list(scale.prompts_per_step)}

@@ -71,7 +71,9 @@ def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path
     if not isinstance(reference, str):
         raise UserError(f"{analysis_path} reference", "is missing", "pass --reference LABEL")
     throughputs = measure_sweep_throughput(sweep_dir / "runs")
-    measurements = [_to_measurement(label, cfg, throughputs, analysis_path, sweep_dir) for label, cfg in configs.items()]
+    # small batches first, as in analysis: a table reads along the batch axis
+    ordered = sorted(configs.items(), key=lambda item: (item[1].get("samples_per_step") or 0, item[0]))
+    measurements = [_to_measurement(label, cfg, throughputs, analysis_path, sweep_dir) for label, cfg in ordered]
     profile_path = _find_profile(sweep_dir, profile_path)
     return SweepInputs(
         measurements=measurements,

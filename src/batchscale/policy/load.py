@@ -83,6 +83,9 @@ def smollm2_dir(log=print) -> Path:
 
 def load_policy(model_cfg, task_cfg, log=print) -> Policy:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # batchscale draws its own progress; per-load weight bars only add noise
 
     gguf = {"gguf_file": model_cfg.gguf_file} if model_cfg.gguf_file else {}
     if model_cfg.name == "tiny":

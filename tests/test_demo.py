@@ -1,0 +1,31 @@
+"""`batchscale demo --quick`: the two-stage procedure end to end, producing a report with the decision."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchscale.cli import main
+
+
+@pytest.mark.slow
+def test_quick_demo_produces_a_report_with_the_decision(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    labels = {row["label"] for row in result["rows"]}
+    assert labels == {"grpo-P8-G8-sqrt", "grpo-P16-G8-sqrt", "grpo-P32-G8-sqrt", "grpo-P32-G8-none"}
+    assert result["best"] in labels and result["reference"] == "grpo-P8-G8-sqrt"
+    assert set(result["seconds"]) == {"sweep", "profiles", "analysis", "report"}
+    for name in ("sweep.toml", "analysis.json", "plan.json", "report.html", "report.md", "demo.json",
+                 "profiles/generation.json", "profiles/training.json"):
+        assert (out / name).is_file(), name
+    html = (out / "report.html").read_text()
+    assert result["best"] in html and "T/T_ref" in html
+    # every sweep run is an ordinary, finished run directory
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert len(runs) == 4 and all((out / "runs" / r / "summary.json").is_file() for r in runs)
+    # a rerun resumes: the sweep skips the finished runs
+    assert main(["demo", "--quick", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seconds"]["sweep"] < result["seconds"]["sweep"]
