@@ -8,12 +8,11 @@ export (its sweep.json), never an arbitrary one.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import stat
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import staged_directory
 
 MANIFEST = "sweep.json"
 
@@ -32,34 +31,15 @@ def check_export_dir(out: Path, overwrite: bool) -> None:
 
 
 def write_export_dir(out: Path, files: dict[str, str], executable: set[str], overwrite: bool) -> Path:
-    """Write {relative name: text} via a temp directory and an atomic rename; returns the absolute directory."""
+    """Write {relative name: text} into a staged directory swapped in whole; returns the absolute directory."""
     check_export_dir(out, overwrite)
-    out = out.absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temp_dir = out.parent / f".{out.name}.exporting-{os.getpid()}"
-    shutil.rmtree(temp_dir, ignore_errors=True)
-    temp_dir.mkdir()
-    replaced_dir = None
-    try:
+    with staged_directory(out, "exporting") as staging:
         for name, text in files.items():
-            path = temp_dir / name
+            path = staging / name
             path.write_text(text)
             if name in executable:
                 path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        if out.is_dir() and any(out.iterdir()):  # --overwrite of an earlier export, checked above
-            replaced_dir = out.parent / f".{out.name}.replaced-{os.getpid()}"
-            out.rename(replaced_dir)
-        elif out.is_dir():
-            out.rmdir()
-        temp_dir.rename(out)
-        if replaced_dir is not None:
-            shutil.rmtree(replaced_dir)
-    except BaseException:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        if replaced_dir is not None and replaced_dir.exists() and not out.exists():
-            replaced_dir.rename(out)  # put the earlier export back
-        raise
-    return out
+    return Path(out).absolute()
 
 
 def render_readme(fmt: str, sweep_file: str, target: str, points: list[dict]) -> str:

@@ -9,11 +9,10 @@ never deletes an arbitrary non-empty directory.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import staged_directory
 
 RUN_FILES = ("run.json", "metrics.jsonl")
 
@@ -52,31 +51,12 @@ def summarize_records(records: list[dict]) -> dict:
 
 
 def write_run_dir(out: Path, records: list[dict], run_json: dict, summary: dict, overwrite: bool) -> Path:
-    """Write the three files via a temp directory and an atomic rename; returns the run directory."""
+    """Write the three files into a staged directory swapped in whole; returns the run directory."""
     check_out_dir(out, overwrite)
-    out = out.absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temp_dir = out.parent / f".{out.name}.importing-{os.getpid()}"
-    shutil.rmtree(temp_dir, ignore_errors=True)
-    temp_dir.mkdir()
-    replaced_dir = None
-    try:
-        with open(temp_dir / "metrics.jsonl", "w") as f:
+    with staged_directory(out, "importing") as staging:
+        with open(staging / "metrics.jsonl", "w") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
-        (temp_dir / "run.json").write_text(json.dumps(run_json, indent=2) + "\n")
-        (temp_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if out.is_dir() and any(out.iterdir()):  # --overwrite of an existing run, checked above
-            replaced_dir = out.parent / f".{out.name}.replaced-{os.getpid()}"
-            out.rename(replaced_dir)
-        elif out.is_dir():
-            out.rmdir()
-        temp_dir.rename(out)
-        if replaced_dir is not None:
-            shutil.rmtree(replaced_dir)
-    except BaseException:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        if replaced_dir is not None and replaced_dir.exists() and not out.exists():
-            replaced_dir.rename(out)  # put the old run back
-        raise
-    return out
+        (staging / "run.json").write_text(json.dumps(run_json, indent=2) + "\n")
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return Path(out).absolute()

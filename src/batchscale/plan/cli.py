@@ -145,7 +145,7 @@ def print_plan(decision: Plan, explanation: str, regime: Regime) -> None:
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             censored if m.samples_to_target is None else f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else ""),
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
-            _format_duration(r.time_to_target_s), _fmt(r.normalized_time_to_target, "{:.2f}"),
+            format_duration(r.time_to_target_s), _fmt(r.normalized_time_to_target, "{:.2f}"),
             "yes" if m.feasible else "no",
             style=style,
         )  # fmt: skip
@@ -158,7 +158,7 @@ def _fmt(value, spec: str = "{}") -> str:
     return "-" if value is None else spec.format(value)
 
 
-def _format_duration(seconds: float | None) -> str:
+def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     if seconds < 120:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import read_json_object
 from batchscale.plan.decide import ConfigMeasurement
 
 ANALYSIS_CANDIDATES = ("analysis.json", "analysis/analysis.json")
@@ -63,7 +64,7 @@ def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path
     if not sweep_dir.is_dir():
         raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
     analysis_path = _find_analysis(sweep_dir)
-    analysis = _read_json(analysis_path)
+    analysis = read_json_object(analysis_path)
     configs = analysis.get("configs")
     if not isinstance(configs, dict) or not configs:
         raise UserError(f"{analysis_path} configs", "is missing or empty", "rerun `batchscale analyze` on the sweep")
@@ -92,7 +93,7 @@ def measure_sweep_throughput(runs_dir: Path) -> dict[str, list[RunThroughput]]:
     if not runs_dir.is_dir():
         return by_label
     for run_json in sorted(runs_dir.glob("*/run.json")):
-        descriptor = _read_json(run_json)
+        descriptor = read_json_object(run_json)
         label = descriptor.get("label")
         measured = measure_run_throughput(run_json.parent, _number_or_none(descriptor.get("samples_per_step")))
         if label is not None and measured is not None:
@@ -122,7 +123,7 @@ def measure_run_throughput(run_dir: Path, samples_per_step: float | None) -> Run
 
 def read_generation_knee(path: Path) -> float | None:
     """The critical generation batch (samples in flight) from a generation profile's `knee`; None when it has none."""
-    knee = _read_json(path).get("knee")
+    knee = read_json_object(path).get("knee")
     if not isinstance(knee, dict):
         return None
     for key in KNEE_KEYS:
@@ -198,16 +199,6 @@ def _find_profile(sweep_dir: Path, given: Path | None) -> Path | None:
             raise UserError(f"--generation-profile {given}", "is not a file", "save `profile generation --json` to it")
         return Path(given)
     return next((sweep_dir / n for n in PROFILE_CANDIDATES if (sweep_dir / n).is_file()), None)
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{path}", f"is not readable JSON ({e})", "regenerate it") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}", "must hold a JSON object", "regenerate it")
-    return data
 
 
 def _unwrap(value):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import read_json_object
 from batchscale.plan.cli import make_plan, plan_to_json
 
 TRAINING_PROFILE_CANDIDATES = ("training_profile.json", "profiles/training.json", "profile/training.json")
@@ -76,16 +77,6 @@ def read_profile(path: Path, option: str) -> dict:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise UserError(f"{option} {path} rows", "must be a non-empty list of objects", "regenerate it with --json")
     return profile
-
-
-def read_json_object(path: Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{path}", f"is not readable JSON ({e})", "regenerate it") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}", "must hold a JSON object", "regenerate it")
-    return data
 
 
 def read_machine(runs_dir: Path) -> tuple[dict[str, list], int, int]:

@@ -9,22 +9,13 @@ from __future__ import annotations
 from batchscale.analysis import alignment, bootstrap
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target
+from batchscale.plan.cli import format_duration
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
                    "T", "T/T_ref", "feasible"]
 LEARNING_HEADER = ["label", "B_train", "lr", "seeds", "N* mean [95% CI] (reached)", "rN", "update ratio", "aligned",
                    "|g| actor"]
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
 
 
 def _fixed(value, spec: str) -> str:

@@ -18,13 +18,7 @@ import shutil
 from pathlib import Path
 
 from batchscale.errors import UserError
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
+from batchscale.files import write_json_atomic  # noqa: F401  (re-exported)
 
 def _clean(value):
     """JSON has no NaN/inf: write them as null rather than producing a file other tools cannot parse."""

@@ -1,0 +1,61 @@
+"""File helpers shared by every writer and reader, so that nothing half-written ever looks complete.
+
+- `write_json_atomic`: write a JSON file under a temporary name, then rename it into place.
+- `read_json_object`: read a JSON object, or fail with a UserError naming the file.
+- `staged_directory`: build a directory beside its destination and swap it in whole. An earlier directory at the
+  destination is replaced only once the new one is complete, and it is put back if anything fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from batchscale.errors import UserError
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}", f"is not readable JSON ({e})", "regenerate it") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}", "must hold a JSON object", "regenerate it")
+    return data
+
+
+@contextmanager
+def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
+    """Yield an empty directory beside `out`; when the block succeeds it becomes `out`, else it is removed."""
+    out = Path(out).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.{purpose}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    replaced = None
+    try:
+        yield staging
+        if out.is_dir() and any(out.iterdir()):
+            replaced = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            out.rename(replaced)
+        elif out.is_dir():
+            out.rmdir()
+        staging.rename(out)
+        if replaced is not None:
+            shutil.rmtree(replaced)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if replaced is not None and replaced.exists() and not out.exists():
+            replaced.rename(out)  # put the earlier directory back
+        raise
