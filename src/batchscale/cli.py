@@ -44,8 +44,15 @@ def _usage_error_types() -> tuple[type, ...]:
     return tuple(types)
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {message}\n"  # for people: no source location, no code line
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit code (2 for bad input, with a one-line message and no traceback)."""
+    import warnings
+
+    warnings.formatwarning = _format_warning
     try:
         result = app(args=argv, standalone_mode=False)
     except UserError as e:
