@@ -180,3 +180,22 @@ def test_regime_tentative_when_close_and_unknown_when_missing():
     for gen, train in ((None, 512), (512, None), (None, None), (512, -3.0), (float("nan"), 4)):
         regime = classify_regime(gen, train)
         assert regime.name == "unknown" and "missing" in regime.sentence
+
+
+def with_interval(m: ConfigMeasurement, low: float, high: float) -> ConfigMeasurement:
+    from dataclasses import replace
+
+    return replace(m, samples_to_target_ci=(low, high))
+
+
+def test_explanation_warns_when_seed_intervals_cannot_separate_winner_from_reference():
+    # reference: N* 1e5 at q 10 -> T 1e4 s, interval [6000, 14000] s; "big": N* 1e5 at q 20 -> T 5000 s
+    ref = with_interval(measure("ref", 1.0, 1.0, p=128), 6e4, 1.4e5)
+    close = with_interval(measure("big", 1.0, 2.0, p=256), 8e4, 1.3e5)  # [4000, 6500] s overlaps [6000, 14000]
+    text = explain_decision(compute_plan([ref, close], "ref"))
+    assert "big wins" in text and "not yet resolved" in text
+    assert "[66.7 min, 108.3 min]" in text and "[100.0 min, 3.89 h]" in text
+    apart = with_interval(measure("big", 1.0, 2.0, p=256), 9e4, 1.1e5)  # [4500, 5500] s: clear of [6000, 14000]
+    assert "not yet resolved" not in explain_decision(compute_plan([ref, apart], "ref"))
+    unknown = measure("big", 1.0, 2.0, p=256)  # a CSV table has no intervals: no claim either way
+    assert "not yet resolved" not in explain_decision(compute_plan([ref, unknown], "ref"))

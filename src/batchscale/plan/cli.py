@@ -17,7 +17,7 @@ import typer
 
 from batchscale.errors import UserError
 from batchscale.plan.decide import Plan, PlanRow, compute_plan
-from batchscale.plan.explain import Regime, classify_regime, explain_decision
+from batchscale.plan.explain import Regime, classify_regime, explain_decision, format_duration
 from batchscale.plan.load_sweep import THROUGHPUT_METHOD, load_sweep
 from batchscale.plan.load_table import load_table
 
@@ -156,13 +156,3 @@ def print_plan(decision: Plan, explanation: str, regime: Regime) -> None:
 
 def _fmt(value, spec: str = "{}") -> str:
     return "-" if value is None else spec.format(value)
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"

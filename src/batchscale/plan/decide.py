@@ -42,6 +42,7 @@ class ConfigMeasurement:
     prompts_per_step: int | None = None  # P
     samples_per_prompt: int | None = None  # G
     samples_per_step: int | None = None  # B_train = P*G
+    samples_to_target_ci: tuple[float, float] | None = None  # bootstrap interval of N* over seeds, when known
     extra: dict = field(default_factory=dict)  # source-specific numbers passed through to JSON (e.g. phase times)
 
     @property
@@ -67,6 +68,13 @@ class PlanRow:
     @property
     def label(self) -> str:
         return self.measurement.label
+
+    @property
+    def time_interval_s(self) -> tuple[float, float] | None:
+        """T's interval from N*'s seed interval at the measured q (q's own noise not included)."""
+        ci = self.measurement.samples_to_target_ci
+        q = self.measurement.throughput_samples_per_s
+        return None if ci is None else (ci[0] / q, ci[1] / q)
 
 
 @dataclass(frozen=True)

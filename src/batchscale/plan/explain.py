@@ -68,7 +68,8 @@ def explain_decision(plan: Plan) -> str:
     if plan.best is None:
         return _explain_no_winner(plan)
     winner = plan.row(plan.best)
-    parts = [_describe_winner(winner, plan.reference)]
+    tie = _tie_with_reference(plan, winner)
+    parts = [_describe_winner(winner, plan.reference) + (f", {tie}" if tie else "")]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))
@@ -77,6 +78,28 @@ def explain_decision(plan: Plan) -> str:
         r = ruled_out[0]
         parts.append(f"{r.label} would be faster (T/T_ref = {r.normalized_time_to_target:.2f}) but is {_why_ineligible(r)}")
     return "; ".join(parts) + "."
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def _tie_with_reference(plan: Plan, w: PlanRow) -> str | None:
+    """A warning when the seeds cannot separate the winner from the reference: their T intervals overlap."""
+    if w.label == plan.reference:
+        return None
+    mine, ref = w.time_interval_s, plan.row(plan.reference).time_interval_s
+    if mine is None or ref is None or mine[0] > ref[1] or ref[0] > mine[1]:
+        return None
+    return (f"but with these seeds its T interval [{format_duration(mine[0])}, {format_duration(mine[1])}] overlaps "
+            f"the reference's [{format_duration(ref[0])}, {format_duration(ref[1])}], so the gain is not yet resolved: "
+            "add seeds to confirm it")
 
 
 def _describe_winner(w: PlanRow, reference: str) -> str:

@@ -147,6 +147,7 @@ def _to_measurement(label, cfg, throughputs, analysis_path, sweep_dir) -> Config
         )
     mean = _number_or_none(stt.get("mean"))
     reached = _int_or_none(stt.get("reached"))
+    ci_low, ci_high = _number_or_none(stt.get("ci_low")), _number_or_none(stt.get("ci_high"))
     return ConfigMeasurement(
         label=label,
         samples_to_target=mean if reached != 0 else None,
@@ -157,6 +158,7 @@ def _to_measurement(label, cfg, throughputs, analysis_path, sweep_dir) -> Config
         prompts_per_step=_int_or_none(cfg.get("prompts_per_step")),
         samples_per_prompt=_int_or_none(cfg.get("samples_per_prompt")),
         samples_per_step=_int_or_none(cfg.get("samples_per_step")),
+        samples_to_target_ci=(ci_low, ci_high) if ci_low is not None and ci_high is not None else None,
         extra={
             "throughput_seeds": len(runs),
             "throughput_min_samples_per_s": min(r.samples_per_s for r in runs),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from batchscale.analysis import alignment, bootstrap
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target
-from batchscale.plan.cli import format_duration
+from batchscale.plan.explain import format_duration
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
