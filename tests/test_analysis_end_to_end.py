@@ -90,7 +90,7 @@ def test_plots_and_report_written_nothing_half_written(analysed):
     _, out_dir = analysed
     for name in PLOT_FILES.values():
         assert (out_dir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    report = (out_dir / "analysis.md").read_text()
+    report = (out_dir / "report.md").read_text()
     assert "p8_g8_sqrt" in report and "Alignment breaks at samples_per_step" in report and "no run.json" in report
     assert not list(out_dir.glob(".*.tmp"))
 

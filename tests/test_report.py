@@ -107,6 +107,9 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     assert "http://" not in text and "https://" not in text
     # report.md carries the same table, the winner starred
     markdown = (sweep / "report.md").read_text(encoding="utf-8")
+    # it replaces analyze's report.md, so it carries that content too: the learning table and the alignment statistic
+    assert "## Learning side: samples-to-target, invariance, gradient noise" in markdown
+    assert "aligned: D = mean |J_label - J_ref|" in markdown
     assert f"## Best configuration: {WINNER}" in markdown and explanation in markdown
     header = "| label | P | G | B_train | N* (samples) | q (samples/s) | rN | throughput gain q/q_ref | T | T/T_ref |"
     assert header in markdown

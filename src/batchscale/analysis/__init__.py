@@ -9,7 +9,7 @@ TRL runs analyse the same as native ones. Pipeline, one module per step:
     bootstrap  mean and percentile-bootstrap CI over seeds, with censoring
     alignment  does a label's mean curve stay within the reference's seed-to-seed band?
     gradnoise  gradient-norm proxy vs samples_per_step, log-log slope, B_simple (McCandlish et al. 2018)
-    plots, report   PNG figures and analysis.md
+    plots, report   PNG figures and report.md
     analyze    orchestration -> analysis.json
 """
 

@@ -2,7 +2,7 @@
 
 Steps: read runs by label -> pick reference and target -> per label N* per seed, mean and bootstrap CI, rN and the update
 ratio -> alignment against the reference -> gradient-norm proxy, slope and B_simple over the reference's LR-rule family ->
-write analysis.json, PNG plots and analysis.md (every file written to a temporary name and moved into place only after all
+write analysis.json, PNG plots and report.md (every file written to a temporary name and moved into place only after all
 of them rendered, so a failure leaves nothing half-written).
 
 Default reference: among labels whose lr_rule is the default "sqrt" (all labels if none is), the smallest samples_per_step
@@ -36,9 +36,9 @@ def analyze(
     smooth_window: int = 1,
     seed: int = 0,
 ) -> dict:
-    """Analyse the runs under `path`, write analysis.json, plots and analysis.md into `out` (default `path`); return the
+    """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
     analysis.json document. AnalysisWarnings (censoring, skipped dirs, target outside the scores) are also listed in
-    analysis.md."""
+    report.md."""
     # matplotlib only once there is something to draw
     from batchscale.analysis.plots import PLOT_FILES
     from batchscale.analysis.report import render_outputs
@@ -55,7 +55,7 @@ def analyze(
         files = render_outputs(result, details, out_dir)  # {final name: temporary path}
         files["analysis.json"] = write_temporary(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n")
     except BaseException:
-        for name in [*PLOT_FILES.values(), "analysis.md", "analysis.json"]:  # nothing half-written stays behind
+        for name in [*PLOT_FILES.values(), "report.md", "analysis.json"]:  # nothing half-written stays behind
             (out_dir / f".{name}.tmp").unlink(missing_ok=True)
         raise
     for name, temporary in files.items():

@@ -1,6 +1,6 @@
 """`batchscale analyze DIR`: samples-to-target, rN, invariance and gradient noise from run directories.
 
-Writes analysis.json, four PNGs and analysis.md into DIR (or --out). Prints a table to stdout and warnings to stderr; with
+Writes analysis.json, four PNGs and report.md into DIR (or --out). Prints a table to stdout and warnings to stderr; with
 `--json` prints only the analysis.json document to stdout. Never imports the training stack.
 """
 
@@ -71,6 +71,6 @@ def print_table(result: dict, out_dir: Path) -> None:
     console.print(table)
     console.print(
         f"actor grad-norm slope {format_number(result['grad_norm_slope'])}, "
-        f"B_simple {format_number(result['b_simple'])}. Details: {Path(out_dir) / 'analysis.md'}",
+        f"B_simple {format_number(result['b_simple'])}. Report: {Path(out_dir) / 'report.md'}",
         highlight=False,
     )

@@ -1,4 +1,4 @@
-"""analysis.md for the learning side: the table behind analysis.json, the alignment verdicts with their statistic, where
+"""report.md for the learning side: the table behind analysis.json, the alignment verdicts with their statistic, where
 alignment breaks, the gradient-noise summary, and every warning (censoring, target outside the scores, skipped runs).
 Each number names how it was measured, as DESIGN.md asks.
 """
@@ -113,9 +113,9 @@ def render_report(result: dict, details: dict) -> str:
 
 
 def render_outputs(result: dict, details: dict, out_dir: Path) -> dict[str, Path]:
-    """Plots and analysis.md under temporary names: {final file name: temporary path}."""
+    """Plots and report.md under temporary names: {final file name: temporary path}."""
     files = render_plots(result, details, out_dir)
-    temporary = out_dir / ".analysis.md.tmp"
+    temporary = out_dir / ".report.md.tmp"
     temporary.write_text(render_report(result, details))
-    files["analysis.md"] = temporary
+    files["report.md"] = temporary
     return files

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
-from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows,
-                                      measurement_notes)
+from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes
 
 
 def _cell(text: str) -> str:
@@ -61,6 +60,22 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
     for figure in figures:
         link = figure_link(figure, out_dir)
         lines += [f"### {figure.title}", "", f"![{figure.title}]({link})", "", figure.caption, ""]
-    lines += ["## Learning side (analysis.json)", "", *render_table(LEARNING_HEADER, learning_rows(inputs.analysis)),
-              "", "## How this was measured", "", *(f"- {note}" for note in measurement_notes(inputs)), ""]
+    lines += [*learning_detail(inputs), "", "## How this was measured", "",
+              *(f"- {note}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)
+
+
+def learning_detail(inputs: ReportInputs) -> list[str]:
+    """The analysis's own report.md body (its table, alignment statistic, target rule, warnings), headings demoted
+    one level. This file replaces that report.md in the sweep directory, so it must carry all of it."""
+    import warnings
+
+    from batchscale.analysis.analyze import compute_analysis
+    from batchscale.analysis.report import render_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # analyze already reported them when it wrote analysis.json
+        result, details = compute_analysis(inputs.sweep_dir, inputs.analysis.get("target"),
+                                           inputs.analysis.get("reference"), 1, 0)
+    text = render_report(result, details).split("\n## Figures")[0]  # the figures are above already
+    return [f"#{line}" if line.startswith("#") else line for line in text.splitlines()]
