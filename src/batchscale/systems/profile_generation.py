@@ -27,6 +27,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
+from batchscale.systems.options import parse_positive_ints
 
 
 def default_concurrencies(max_concurrency: int) -> list[int]:
@@ -38,13 +39,7 @@ def default_concurrencies(max_concurrency: int) -> list[int]:
 
 
 def parse_concurrencies(text: str) -> list[int]:
-    try:
-        levels = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise UserError("concurrency", f"not a comma list of integers: {text!r}", "pass e.g. --concurrency 1,4,16") from None
-    if not levels or levels[0] < 1:
-        raise UserError("concurrency", "levels must be integers >= 1", "pass e.g. --concurrency 1,4,16")
-    return levels
+    return parse_positive_ints(text, "concurrency", "1,4,16")
 
 
 def build_workload(task, responses: int, samples_per_prompt: int, seed: int) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
+from batchscale.systems.options import parse_positive_ints
 
 DEFAULT_BATCHES = "8,16,32,64,128"
 PEAK_DTYPES = ("float32", "bfloat16")
@@ -41,13 +42,7 @@ PEAK_DTYPES = ("float32", "bfloat16")
 
 def parse_batches(text: str) -> list[int]:
     """'16,32,64' -> [16, 32, 64] (sorted, unique); every batch must be an integer >= 1."""
-    try:
-        batches = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise UserError("batches", f"not a comma list of integers: {text!r}", "pass e.g. --batches 16,32,64") from None
-    if not batches or batches[0] < 1:
-        raise UserError("batches", f"every batch must be an integer >= 1, got {text!r}", "pass e.g. --batches 16,32,64")
-    return batches
+    return parse_positive_ints(text, "batches", "16,32,64")
 
 
 def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> None:
