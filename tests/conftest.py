@@ -22,3 +22,14 @@ def random_model_dir(tmp_path_factory):
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test on one torch thread (profilers measure; one thread keeps them quick and steady), then restore."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -5,18 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from batchscale import cli
 from batchscale.systems.profile_generation import default_concurrencies
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_json_on_a_tiny_run(capsys, random_model_dir):
