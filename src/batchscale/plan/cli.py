@@ -20,6 +20,7 @@ from batchscale.plan.decide import Plan, PlanRow, compute_plan
 from batchscale.plan.explain import Regime, classify_regime, explain_decision, format_duration
 from batchscale.plan.load_sweep import THROUGHPUT_METHOD, load_sweep
 from batchscale.plan.load_table import load_table
+from batchscale.plan.memory import MemoryLimit, apply_memory_limit, compute_memory_limit
 
 
 def plan(
@@ -39,11 +40,20 @@ def plan(
     critical_training_batch: Annotated[
         Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per step.")
     ] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", help="With --hardware: mark rows whose P*G KV cache does not fit.")
+    ] = None,
+    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware preset, e.g. H100-SXM.")] = None,
+    context: Annotated[int, typer.Option("--context", help="Tokens per sequence for the KV-cache bound.")] = 2048,
+    mem_util: Annotated[float, typer.Option("--mem-util", help="Usable fraction of device memory.")] = 0.9,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref)."""
+    if (model is None) != (hardware is None):
+        raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
+    memory = compute_memory_limit(model, hardware, context, mem_util) if model is not None else None
     decision, explanation, regime, source = make_plan(
-        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch
+        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch, memory
     )
     if json_out:
         sys.stdout.write(json.dumps(plan_to_json(decision, explanation, regime, source), indent=2) + "\n")
@@ -58,6 +68,7 @@ def make_plan(
     generation_profile: Path | None = None,
     critical_generation_batch: float | None = None,
     critical_training_batch: float | None = None,
+    memory: MemoryLimit | None = None,
 ) -> tuple[Plan, str, Regime, dict]:
     """The decision, its explanation, the regime and where the numbers came from (for `plan_to_json`); the `plan`
     command and the report both call this, so they cannot disagree."""
@@ -80,6 +91,10 @@ def make_plan(
                         ("--critical-training-batch", critical_training_batch)):  # fmt: skip
         if value is not None and not value > 0:
             raise UserError(name, f"must be a positive number of samples, got {value}", "pass a positive number")
+    if memory is not None:
+        measurements = apply_memory_limit(measurements, memory)
+        source["memory"] = {"model": memory.model, "hardware": memory.hardware, "context": memory.context,
+                            "kv_max_batch": memory.kv_max_batch}
     decision = compute_plan(measurements, reference)
     regime = classify_regime(
         critical_generation_batch if critical_generation_batch is not None else gen_knee,

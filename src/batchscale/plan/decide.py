@@ -105,8 +105,10 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str) -> Plan:
         )
     ref = by_label[reference]
     if not ref.feasible:
+        why = ref.extra.get("infeasible_because")
         raise UserError(
-            f"reference {reference!r}", "is marked infeasible", "choose a configuration that runs on this machine"
+            f"reference {reference!r}", f"is infeasible ({why})" if why else "is marked infeasible",
+            "choose a reference that fits (--reference), or a shorter --context / larger hardware",
         )
     if ref.censoring == "censored":
         raise UserError(

@@ -139,7 +139,8 @@ def _why_ineligible(r: PlanRow) -> str:
     m = r.measurement
     reasons = []
     if not m.feasible:
-        reasons.append("infeasible on this machine")
+        reasons.append(f"infeasible: {m.extra['infeasible_because']}" if "infeasible_because" in m.extra
+                       else "infeasible on this machine")
     if m.censoring == "partly censored":
         reasons.append(f"partly censored ({m.seeds_censored} seed(s) never reached the target, so its N* is a lower bound)")
     return " and ".join(reasons)
