@@ -27,7 +27,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.options import parse_positive_ints
+from batchscale.systems.options import load_profiled_policy, parse_positive_ints
 
 
 def default_concurrencies(max_concurrency: int) -> list[int]:
@@ -108,12 +108,10 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
     import torch
     from pydantic import ValidationError
 
-    from batchscale.config import ModelConfig, RolloutConfig, SamplingConfig, TaskConfig
-    from batchscale.policy.load import load_policy
+    from batchscale.config import ModelConfig, RolloutConfig, SamplingConfig
     from batchscale.rollout import build_engine
     from batchscale.rollout.base import SamplingParams
     from batchscale.systems.knee import fit_saturating_throughput
-    from batchscale.tasks import build_task
 
     for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
                         ("samples_per_prompt", samples_per_prompt)):
@@ -127,12 +125,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         error = e.errors()[0]
         option = "--" + "-".join(str(part) for part in error["loc"]).replace("_", "-")
         raise UserError(option, error["msg"], "see `batchscale profile generation --help`") from None
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    task_cfg = TaskConfig()
-    task = build_task(task_cfg)
-    policy = load_policy(model_cfg, task_cfg, log)
-    policy.model.to(device)
+    policy, task, device = load_profiled_policy(model_cfg, device, log)
     params = SamplingParams(temperature, top_p, max_new_tokens)
     rows = []
     for level in concurrencies:
@@ -148,7 +141,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         knee = {"metric": "tokens_per_s", **fit.to_dict()}
     return {
         "model": model, "dtype": dtype, "backend": backend, "device": str(device), "threads": torch.get_num_threads(),
-        "params": policy.num_params, "task": task_cfg.name, "samples_per_prompt": samples_per_prompt,
+        "params": policy.num_params, "task": task.name, "samples_per_prompt": samples_per_prompt,
         "sampling": {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
         "repeats": repeats, "rows": rows, "knee": knee,
     }

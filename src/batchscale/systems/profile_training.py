@@ -34,7 +34,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.options import parse_positive_ints
+from batchscale.systems.options import load_profiled_policy, parse_positive_ints
 
 DEFAULT_BATCHES = "8,16,32,64,128"
 PEAK_DTYPES = ("float32", "bfloat16")
@@ -147,10 +147,8 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     import torch
     from pydantic import ValidationError
 
-    from batchscale.config import ModelConfig, OptimConfig, TaskConfig
-    from batchscale.policy.load import load_policy
+    from batchscale.config import ModelConfig, OptimConfig
     from batchscale.systems.knee import fit_training_cost
-    from batchscale.tasks import build_task
     from batchscale.update import build_optimizer
 
     validate_micro_batch(batches, micro_batch_size)
@@ -166,12 +164,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         error = e.errors()[0]
         fix = "see `batchscale profile training --help`"
         raise UserError("--" + str(error["loc"][-1]), error["msg"], fix) from None
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    task_cfg = TaskConfig()
-    task = build_task(task_cfg)
-    policy = load_policy(model_cfg, task_cfg, log)
-    policy.model.to(device)
+    policy, task, device = load_profiled_policy(model_cfg, device, log)
     params = policy.num_params
     optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 
@@ -210,7 +203,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
             fit["tokens_per_s"] = None
     return {
         "model": model, "params": params, "dtype": dtype, "device": str(device), "threads": torch.get_num_threads(),
-        "micro_batch_size": micro_batch_size, "repeats": repeats, "task": task_cfg.name,
+        "micro_batch_size": micro_batch_size, "repeats": repeats, "task": task.name,
         "peak_flops_per_s": peak, "peaks": peaks, "peak_matmul_shape": list(shape),
         "rows": rows, "fit": fit,
     }
