@@ -108,6 +108,9 @@ class AlgorithmConfig(Section):
 class RolloutConfig(Section):
     backend: Literal["engine", "hf"] = "engine"  # "engine": continuous batching + KV cache; "hf": HF generate (reference)
     max_concurrency: int = Field(256, ge=1)  # sequences decoding together (engine) / static batch size (hf)
+    # engine arithmetic: "auto" decodes a bf16/fp16 model in float32 on a CPU without native bf16 (which would emulate
+    # it), else in the model's dtype; "model" always uses the model's dtype; "float32" always upcasts
+    compute_dtype: Literal["auto", "model", "float32"] = "auto"
 
 
 class RunConfig(Section):

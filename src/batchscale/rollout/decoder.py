@@ -1,25 +1,30 @@
-"""A decode loop over a Hugging Face Llama-style model's own modules, with a preallocated per-slot KV cache.
+"""A decode loop for Hugging Face Llama-style models over packed weights, with a preallocated per-slot KV cache.
 
-The engine (engine.py) owns scheduling; this module owns the arithmetic. It calls the model's modules directly
-(embeddings, RMSNorms, q/k/v/o projections, MLPs, lm_head) and re-implements only the glue Hugging Face's
-`LlamaDecoderLayer` does around them: rotary embeddings, the KV cache and attention. Because every weight is read
-through the live modules, an optimizer step on the policy is seen by the next `generate` call with no copy.
+The engine (engine.py) owns scheduling; this module owns the arithmetic. It reads the model's weights through a
+`PackedWeights` (weights.py: q/k/v and gate/up fused, in the compute dtype), refreshed by `sync()` at the start of
+every generate call, so an optimizer step on the policy is seen by the next call. It re-implements what Hugging Face's
+`LlamaDecoderLayer` computes: RMSNorm, rotary embeddings (the model's own tables), attention over the KV cache, the
+gated MLP.
 
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it
 decodes; `move_row` lets the scheduler keep the active rows contiguous (rows 0..B-1), so a decode step works on a
 view of the cache, never a gathered copy.
 
-Supported: decoder-only models whose layers look like Llama's (llama, qwen2, qwen3 with q/k norms, mistral without a
-sliding window) and whose RoPE is static. Anything else raises a UserError naming the `hf` backend as the way out.
+Supported: decoder-only models whose layers look like Llama's (llama, qwen2 with q/k/v biases, qwen3 with q/k norms,
+mistral without a sliding window), a gated MLP, and static RoPE. Anything else raises a UserError naming the `hf`
+backend as the way out.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
+from batchscale.rollout.native import bf16_linear
+from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_small_batch_rows
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -41,23 +46,40 @@ def check_supported(model) -> None:
                         f"not {rope_type!r}", fix)
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if weight.dtype != x.dtype:  # bf16 matrices of the small-batch pack, float32 activations: the AVX2 kernel
+        return bf16_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class SlotDecoder:
-    """Prefill and decode over cache rows. Tensors are on the model's device; logits come back in float32."""
+    """Prefill and decode over cache rows. Tensors are on the model's device; logits come back in float32.
 
-    def __init__(self, model):
+    `compute_dtype` ("auto", "model" or "float32"; see weights.resolve_compute_dtype) is the dtype of the packed
+    weights, the activations and the KV cache."""
+
+    def __init__(self, model, compute_dtype: str = "auto"):
         check_supported(model)
         self.model, self.body = model, model.model
+        config = model.config
         attn = self.body.layers[0].self_attn
         self.head_dim = attn.head_dim
-        self.num_heads = model.config.num_attention_heads
-        self.num_kv_heads = model.config.num_key_value_heads or self.num_heads
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads or self.num_heads
         self.scaling = getattr(attn, "scaling", self.head_dim**-0.5)
         self.gqa = self.num_heads != self.num_kv_heads
+        self.eps = config.rms_norm_eps
+        self.act = F.silu if config.hidden_act == "silu" else ACT2FN[config.hidden_act]
+        weight = self.body.embed_tokens.weight
+        self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
+        self.packed = PackedWeights(self.dtype, resolve_small_batch_rows(compute_dtype, weight.dtype, self.dtype,
+                                                                         weight.device))
+        self.weights = None
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.slots = self.length = 0
@@ -67,13 +89,13 @@ class SlotDecoder:
     def device(self):
         return self.body.embed_tokens.weight.device
 
-    @property
-    def dtype(self):
-        return self.body.embed_tokens.weight.dtype
+    def sync(self) -> None:
+        """Read the model's current weights (re-packs only what an optimizer step changed since the last call)."""
+        self.weights = self.packed.current(self.model)
 
     def reserve(self, slots: int, length: int) -> None:
         """Make the cache hold at least `slots` rows of `length` positions (reallocates only to grow)."""
-        if slots > self.slots or length > self.length or (self.keys and self.keys[0].dtype != self.dtype):
+        if slots > self.slots or length > self.length:
             self.slots, self.length = max(slots, self.slots), max(length, self.length)
             shape = (self.slots, self.num_kv_heads, self.length, self.head_dim)
             layers = len(self.body.layers)
@@ -94,17 +116,30 @@ class SlotDecoder:
         for cache in (*self.keys, *self.values):
             cache[dst, :, :length] = cache[src, :, :length]
 
-    def _project(self, attn, h: torch.Tensor, shape: tuple[int, int]):
-        """q (B, H, L, D), k and v (B, H_kv, L, D), before RoPE."""
-        q = attn.q_proj(h).view(*shape, self.num_heads, self.head_dim)  # (B, L, H, D)
-        k = attn.k_proj(h).view(*shape, self.num_kv_heads, self.head_dim)  # (B, L, H_kv, D)
-        v = attn.v_proj(h).view(*shape, self.num_kv_heads, self.head_dim)
-        if hasattr(attn, "q_norm"):  # qwen3: RMSNorm over each head before RoPE
-            q, k = attn.q_norm(q), attn.k_norm(k)
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+
+    def _project(self, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q (B, H, L, D), k and v (B, H_kv, L, D) for x (B, L, d), RoPE applied to q and k (one pass over both:
+        they are adjacent in the fused projection). cos, sin broadcast against (B, L, heads, D)."""
+        batch, width = x.shape[:2]
+        heads, dim = self.num_heads + self.num_kv_heads, self.head_dim
+        qkv = linear(self._norm(x, w.input_norm), w.qkv, w.qkv_bias)  # (B, L, (H + 2 H_kv) D)
+        qk = qkv[..., : heads * dim].view(batch, width, heads, dim)
+        v = qkv[..., heads * dim:].view(batch, width, self.num_kv_heads, dim)
+        if w.q_norm is not None:  # qwen3: RMSNorm over each head before RoPE
+            q, k = qk.split((self.num_heads, self.num_kv_heads), dim=2)
+            qk = torch.cat((self._norm(q, w.q_norm), self._norm(k, w.k_norm)), dim=2)
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k = qk.split((self.num_heads, self.num_kv_heads), dim=2)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self.body.norm(hidden)).float()  # (B, V)
+    def _mlp(self, w: LayerWeights, x: torch.Tensor) -> torch.Tensor:
+        gate, up = linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+        return linear(self.act(gate) * up, w.down, w.down_bias)
+
+    def _logits(self, hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+        return linear(self._norm(hidden, self.weights.final_norm), lm_head, None).float()  # (B, V)
 
     def prefill(self, rows: torch.Tensor, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Run right-padded prompts (B, L) into cache rows `rows` (B,); return each prompt's last-token logits (B, V).
@@ -114,19 +149,17 @@ class SlotDecoder:
         prompt's end, which its own decode steps overwrite before they ever attend to it.
         """
         batch, width = input_ids.shape
-        cos, sin = self.cos[:width], self.sin[:width]  # (L, D)
-        x = self.body.embed_tokens(input_ids)  # (B, L, d)
-        for layer, key_cache, value_cache in zip(self.body.layers, self.keys, self.values):
-            attn = layer.self_attn
-            q, k, v = self._project(attn, layer.input_layernorm(x), (batch, width))
-            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        cos, sin = self.cos[:width, None], self.sin[:width, None]  # (L, 1, D)
+        x = F.embedding(input_ids, self.weights.embed)  # (B, L, d)
+        for w, key_cache, value_cache in zip(self.weights.layers, self.keys, self.values):
+            q, k, v = self._project(w, x, cos, sin)
             key_cache[rows, :, :width] = k
             value_cache[rows, :, :width] = v
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa)
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(batch, width, -1))  # (B, L, d)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
+            x = x + self._mlp(w, x)
         last = x[torch.arange(batch, device=x.device), lengths - 1]  # (B, d)
-        return self._logits(last)
+        return self._logits(last, self.weights.lm_head)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V)."""
@@ -135,16 +168,15 @@ class SlotDecoder:
         rows = torch.arange(batch, device=tokens.device)
         cos, sin = self.cos[positions][:, None, None], self.sin[positions][:, None, None]  # (B, 1, 1, D)
         mask = (torch.arange(context, device=tokens.device) <= positions[:, None])[:, None, None]  # (B, 1, 1, ctx)
-        x = self.body.embed_tokens(tokens[:, None])  # (B, 1, d)
-        for layer, key_cache, value_cache in zip(self.body.layers, self.keys, self.values):
-            attn = layer.self_attn
-            q, k, v = self._project(attn, layer.input_layernorm(x), (batch, 1))
-            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        layers, lm_head = self.weights.for_batch(batch)
+        x = F.embedding(tokens[:, None], self.weights.embed)  # (B, 1, d)
+        for w, key_cache, value_cache in zip(layers, self.keys, self.values):
+            q, k, v = self._project(w, x, cos, sin)
             key_cache[rows, :, positions] = k[:, :, 0]  # (B, H_kv, D)
             value_cache[rows, :, positions] = v[:, :, 0]
             keys, values = key_cache[:batch, :, :context], value_cache[:batch, :, :context]  # (B, H_kv, ctx, D)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
                                                  enable_gqa=self.gqa)  # (B, H, 1, D)
-            x = x + attn.o_proj(out.transpose(1, 2).reshape(batch, 1, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self._logits(x[:, 0])
+            x = x + linear(out.transpose(1, 2).reshape(batch, 1, -1), w.o, w.o_bias)
+            x = x + self._mlp(w, x)
+        return self._logits(x[:, 0], lm_head)

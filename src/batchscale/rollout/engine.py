@@ -33,16 +33,17 @@ DEFAULT_MAX_CONCURRENCY = 256
 class ContinuousBatchingEngine(RolloutEngine):
     name = "engine"
 
-    def __init__(self, model, tokenizer, max_concurrency: int = DEFAULT_MAX_CONCURRENCY):
+    def __init__(self, model, tokenizer, max_concurrency: int = DEFAULT_MAX_CONCURRENCY, compute_dtype: str = "auto"):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.model, self.tokenizer, self.max_concurrency = model, tokenizer, max_concurrency
-        self.decoder = SlotDecoder(model)
+        self.decoder = SlotDecoder(model, compute_dtype)
 
     @torch.inference_mode()
     def generate(self, prompts: list[str], params: SamplingParams) -> Rollouts:
         tok = self.tokenizer
         prompt_ids = [list(ids) for ids in tok(prompts)["input_ids"]] if prompts else []
+        self.decoder.sync()
         run = _Run(self.decoder, prompt_ids, params, tok.eos_token_id, tok.pad_token_id or 0, self.max_concurrency)
         response_ids, logprobs, stats = run.finish()
         texts = tok.batch_decode(response_ids, skip_special_tokens=True)

@@ -1,0 +1,169 @@
+"""The weights a decode step reads, packed once per policy update: fused projections in the compute dtype.
+
+A decode step at small active batch is a string of small matrix-vector products, so two things cost more than they
+should if the decoder reads the model's modules as they are:
+- per-call overhead: q, k and v (and gate and up) are separate products over the same input. Packing them into one
+  weight each (`qkv`, `gate_up`) halves the number of matmuls per layer.
+- the dtype: a CPU without native bf16 (no AVX512-BF16 or AMX: `native_bf16_cpu`) runs bf16 matmuls in emulation,
+  5-8x slower than float32 here (BENCHMARKS.md). With `compute_dtype = "auto"` such a CPU decodes a bf16 or fp16
+  policy in float32: the same weights, upcast exactly, with float32 arithmetic instead of emulated half precision.
+  A float32 copy doubles the bytes a decode step reads, though, and at a few active sequences those bytes are the
+  cost. So for a bf16 policy the pack also keeps its matrices in bf16 (`small`), which decode steps of at most
+  `native.bf16_linear`'s row limit multiply with the AVX2 kernel (bf16 weights, float32 arithmetic); larger
+  batches use the float32 matrices and torch's GEMM, which is compute-bound there.
+
+The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
+storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
+version), and otherwise returns the cached pack. Packing the 135M SmolLM2 takes ~0.1-0.3 s on one core, paid once per
+rollout batch; the tiny model's pack is negligible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import torch
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+@lru_cache(maxsize=1)
+def native_bf16_cpu() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16): the Linux CPU flags, else torch's
+    oneDNN check. False means torch emulates bf16 matmuls on this CPU."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    except OSError:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+SMALL_BATCH_ROWS = 16  # up to here the bf16 kernel beat float32 GEMM on this CPU (BENCHMARKS.md)
+
+
+def resolve_small_batch_rows(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
+                             device: torch.device) -> int:
+    """How many sequences a decode step may hold and still use the bf16 kernel (0: never). Only "auto" uses it, only
+    for a bf16 model decoded in float32 on a CPU, and only where the kernel builds (rollout/native.py)."""
+    from batchscale.rollout.native import bf16_linear_kernel
+
+    if setting != "auto" or device.type != "cpu" or model_dtype != torch.bfloat16 or compute_dtype != torch.float32:
+        return 0
+    return SMALL_BATCH_ROWS if bf16_linear_kernel() else 0
+
+
+def resolve_compute_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype decode runs in: "model" keeps the model's, "float32" forces it, "auto" upcasts a half-precision
+    model on a CPU that would emulate it."""
+    if setting == "float32":
+        return torch.float32
+    if setting == "auto" and device.type == "cpu" and model_dtype in HALF_DTYPES and not native_bf16_cpu():
+        return torch.float32
+    return model_dtype
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor  # (d,)
+    qkv: torch.Tensor  # (H*D + 2*H_kv*D, d): q, k and v projections stacked
+    qkv_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None  # (D,) qwen3's per-head RMSNorm weights, else None
+    k_norm: torch.Tensor | None
+    o: torch.Tensor  # (d, H*D)
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor  # (d,)
+    gate_up: torch.Tensor  # (2*F, d): gate and up projections stacked
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor  # (d, F)
+    down_bias: torch.Tensor | None
+
+
+def _cat(tensors, dtype) -> torch.Tensor | None:
+    if any(t is None for t in tensors):
+        return None
+    return torch.cat([t.detach().to(dtype) for t in tensors])
+
+
+def _cast(tensor, dtype) -> torch.Tensor | None:
+    return None if tensor is None else tensor.detach().to(dtype)
+
+
+def _matrices(layer, dtype: torch.dtype) -> dict:
+    attn, mlp = layer.self_attn, layer.mlp
+    return dict(qkv=_cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], dtype),
+                o=_cast(attn.o_proj.weight, dtype),
+                gate_up=_cat([mlp.gate_proj.weight, mlp.up_proj.weight], dtype),
+                down=_cast(mlp.down_proj.weight, dtype))
+
+
+def pack_layer(layer, dtype: torch.dtype) -> LayerWeights:
+    attn, mlp = layer.self_attn, layer.mlp
+    return LayerWeights(
+        input_norm=_cast(layer.input_layernorm.weight, dtype),
+        qkv_bias=_cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias], dtype),
+        q_norm=_cast(getattr(getattr(attn, "q_norm", None), "weight", None), dtype),
+        k_norm=_cast(getattr(getattr(attn, "k_norm", None), "weight", None), dtype),
+        o_bias=_cast(attn.o_proj.bias, dtype),
+        post_norm=_cast(layer.post_attention_layernorm.weight, dtype),
+        gate_up_bias=_cat([mlp.gate_proj.bias, mlp.up_proj.bias], dtype),
+        down_bias=_cast(mlp.down_proj.bias, dtype),
+        **_matrices(layer, dtype),
+    )
+
+
+def pack_matrices(layer, packed: LayerWeights, dtype: torch.dtype) -> LayerWeights:
+    """`packed` with its four matrices re-made from `layer` in `dtype` (its norms and biases stay as they are)."""
+    return replace(packed, **_matrices(layer, dtype))
+
+
+@dataclass
+class SmallBatchWeights:
+    """The bf16 matrices for decode steps of at most `max_rows` sequences (norms and biases shared with the main
+    pack)."""
+
+    layers: list[LayerWeights]
+    lm_head: torch.Tensor
+    max_rows: int
+
+
+class PackedWeights:
+    """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds the bf16
+    matrices for the kernel when `small_batch_rows` > 0 (a bf16 model decoded in float32 on a CPU)."""
+
+    def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0):
+        self.dtype, self.small_batch_rows = dtype, small_batch_rows
+        self.key: tuple | None = None
+        self.layers: list[LayerWeights] = []
+        self.embed = self.final_norm = self.lm_head = None
+        self.small_batch: SmallBatchWeights | None = None
+
+    @staticmethod
+    def version_key(model) -> tuple:
+        return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+    def current(self, model) -> PackedWeights:
+        key = self.version_key(model)
+        if key != self.key:
+            with torch.no_grad():
+                body, dtype = model.model, self.dtype
+                self.layers, self.small_batch = [], None  # drop the old pack first: peak memory is one pack
+                self.layers = [pack_layer(layer, dtype) for layer in body.layers]
+                self.embed = _cast(body.embed_tokens.weight, dtype)
+                self.final_norm = _cast(body.norm.weight, dtype)
+                head = model.lm_head.weight
+                tied = head.data_ptr() == body.embed_tokens.weight.data_ptr()
+                self.lm_head = self.embed if tied else _cast(head, dtype)
+                if self.small_batch_rows:
+                    self.small_batch = SmallBatchWeights(
+                        [pack_matrices(layer, packed, torch.bfloat16) for layer, packed in zip(body.layers, self.layers)],
+                        _cast(head, torch.bfloat16), self.small_batch_rows)
+            self.key = key
+        return self
+
+    def for_batch(self, batch: int) -> tuple[list[LayerWeights], torch.Tensor]:
+        """(layers, lm_head) a decode step over `batch` sequences reads."""
+        if self.small_batch is not None and batch <= self.small_batch.max_rows:
+            return self.small_batch.layers, self.small_batch.lm_head
+        return self.layers, self.lm_head
