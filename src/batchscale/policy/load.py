@@ -5,7 +5,9 @@
   transformers de-quantizes GGUF into a float model; that takes ~30 s, so the result is saved once under the cache
   as an ordinary safetensors checkpoint.
 - any other value: a local Hugging Face model directory (AutoModelForCausalLM / AutoTokenizer, local files only),
-  optionally with `gguf_file` naming a GGUF file inside it.
+  optionally with `gguf_file` naming a GGUF file inside it. A directory with a config.json and a tokenizer but no
+  weight files is built from its config with random weights (seeded, so every load is the same model): what
+  profiling a model's cost needs, e.g. examples/models/llama-10m; training it starts from scratch, said as a warning.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 from batchscale.errors import UserError
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+RANDOM_INIT_SEED = 0
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -102,7 +106,10 @@ def load_policy(model_cfg, task_cfg, log=print) -> Policy:
         if not gguf and not (path / "config.json").is_file():
             raise UserError("model.name", f"{path} has no config.json",
                             "point at a Hugging Face checkpoint directory, or set model.gguf_file for GGUF weights")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
+    if not gguf and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
+        model = build_from_config(path, DTYPES[model_cfg.dtype], log)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **gguf)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -110,3 +117,14 @@ def load_policy(model_cfg, task_cfg, log=print) -> Policy:
     if model_cfg.chat_template and not getattr(tokenizer, "chat_template", None):
         raise UserError("model.chat_template", f"{model_cfg.name} has no chat template", "set model.chat_template = false")
     return Policy(model, tokenizer, model_cfg.name, model_cfg.chat_template)
+
+
+def build_from_config(path: Path, dtype: torch.dtype, log=print):
+    """A model with the architecture of `path`/config.json and seeded random weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    log(f"warning: {path} has no weight files: building the model from its config.json with random weights "
+        f"(seed {RANDOM_INIT_SEED}); right for profiling cost, not a pretrained start")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, local_files_only=True), dtype=dtype)
