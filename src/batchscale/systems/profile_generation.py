@@ -139,9 +139,11 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
     if len(rows) >= 2:
         fit = fit_saturating_throughput([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], threshold)
         knee = {"metric": "tokens_per_s", **fit.to_dict()}
+    decoder = getattr(engine, "decoder", None)  # the engine may compute in another dtype than the model's
+    compute_dtype = str(decoder.dtype).removeprefix("torch.") if decoder is not None else dtype
     return {
-        "model": model, "dtype": dtype, "backend": backend, "device": str(device), "threads": torch.get_num_threads(),
-        "params": policy.num_params, "task": task.name, "samples_per_prompt": samples_per_prompt,
+        "model": model, "dtype": dtype, "compute_dtype": compute_dtype, "backend": backend, "device": str(device),
+        "threads": torch.get_num_threads(), "params": policy.num_params, "task": task.name, "samples_per_prompt": samples_per_prompt,
         "sampling": {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
         "repeats": repeats, "rows": rows, "knee": knee,
     }
@@ -156,7 +158,8 @@ def print_table(result: dict) -> None:
         f"q(B) = {knee['q_max']:.4g} * B / (B + {knee['b_half']:.3g}) tok/s, R^2 {knee['r2']:.3f}; "
         f"B_90 = {knee['b_90']:.3g}{' (extrapolated)' if knee['extrapolated'] else ''}; "
         f"doubling knee ({knee['doubling_threshold']:.0%}): {knee['doubling_knee']}")
-    table = Table(title=f"generation: {result['model']} ({result['dtype']}, {result['backend']}) on "
+    computes = "" if result["compute_dtype"] == result["dtype"] else f", computed in {result['compute_dtype']}"
+    table = Table(title=f"generation: {result['model']} ({result['dtype']}{computes}, {result['backend']}) on "
                         f"{result['device']}, {result['threads']} threads", caption=caption)
     for column in ["concurrency", "tok/s", "resp/s", "active mean", "resp len", "median s", "peak RSS MB"]:
         table.add_column(column, justify="right")

@@ -148,6 +148,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     from pydantic import ValidationError
 
     from batchscale.config import ModelConfig, OptimConfig
+    from batchscale.rollout.weights import native_bf16_cpu
     from batchscale.systems.knee import fit_training_cost
     from batchscale.update import build_optimizer
 
@@ -176,6 +177,10 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     peak = peaks[dtype]["best"]
     log(f"matmul peak {shape[0]}x{shape[1]}x{shape[2]} (best / median GFLOP/s): " + ", ".join(
         f"{name} {p['best'] / 1e9:.1f} / {p['median'] / 1e9:.1f}" for name, p in peaks.items()))
+    if dtype == "bfloat16" and torch.device(device).type == "cpu" and not native_bf16_cpu():
+        log("warning: this CPU has no native bf16 (no AVX512-BF16 or AMX), so torch emulates bf16 matmuls: the bf16 "
+            "peak above is an emulation rate and utilization against it can exceed 100%; profile --dtype float32 "
+            "for the cost a CPU run should use")
     rows = []
     for b in batches:
         batch = sequence_batches[b]
