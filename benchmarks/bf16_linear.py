@@ -1,0 +1,66 @@
+"""The engine's bf16 kernel vs torch's float32 and bf16 matmuls, streaming SmolLM2-135M's decode matrices.
+
+One "step" multiplies M rows of activations by every matrix a SmolLM2-135M decode step reads: per layer the fused
+q/k/v (960 x 576), o (576 x 576), fused gate/up (3072 x 576) and down (576 x 1536), 30 layers, then the tied
+49152 x 576 head: 135M weights, 270 MB in bf16, 540 MB in float32, far more than the last-level cache, so every step
+reads them from memory as a decode step does. Reports ms per step (best of --repeats) for
+- kernel: rollout/native.py's AVX2 kernel over bf16 weights (what the engine uses up to SMALL_BATCH_ROWS),
+- float32: F.linear over float32 copies (the engine's path above it),
+- bf16: F.linear with bf16 activations and weights (what torch does with a bf16 model on this CPU).
+The row count where float32 overtakes the kernel sets weights.SMALL_BATCH_ROWS.
+
+    .venv/bin/python benchmarks/bf16_linear.py --rows 1,4,8,16,32,64 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from batchscale.rollout.native import bf16_linear
+
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
+
+
+def best_ms(fn, weights, inputs, repeats: int) -> float:
+    def step():
+        for w in weights:
+            fn(inputs[w.shape[1]], w)
+
+    step()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return min(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,4,8,16,32,64")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(0)
+    bf16 = [torch.randn(shape, generator=gen).to(torch.bfloat16) for shape in SHAPES]
+    fp32 = [w.float() for w in bf16]
+    print(f"{sum(w.numel() for w in bf16) / 1e6:.0f}M weights per step, {args.threads} thread(s), "
+          f"best of {args.repeats}; ms per step")
+    print(f"{'rows':>5} {'kernel':>8} {'float32':>8} {'bf16':>8} {'kernel GB/s':>11}")
+    for rows in (int(r) for r in args.rows.split(",")):
+        inputs = {k: torch.randn(rows, k, generator=gen) for k in (576, 1536)}
+        kernel = best_ms(lambda x, w: bf16_linear(x, w), bf16, inputs, args.repeats)
+        dense = best_ms(F.linear, fp32, inputs, args.repeats)
+        half_inputs = {k: x.bfloat16() for k, x in inputs.items()}
+        half = best_ms(F.linear, bf16, half_inputs, args.repeats) if rows <= 16 else float("nan")
+        gbps = sum(w.numel() * 2 for w in bf16) / kernel / 1e6
+        print(f"{rows:>5} {kernel:8.1f} {dense:8.1f} {half:8.1f} {gbps:11.1f}")
+
+
+if __name__ == "__main__":
+    main()
