@@ -29,6 +29,7 @@ _reason: list[str] = []
 
 
 def cpu_flags() -> set[str]:
+    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is missing)."""
     try:
         with open("/proc/cpuinfo") as f:
             return set(next((line for line in f if line.startswith("flags")), "").split())

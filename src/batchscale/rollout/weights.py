@@ -8,8 +8,8 @@ should if the decoder reads the model's modules as they are:
   5-8x slower than float32 here (BENCHMARKS.md). With `compute_dtype = "auto"` such a CPU decodes a bf16 or fp16
   policy in float32: the same weights, upcast exactly, with float32 arithmetic instead of emulated half precision.
   A float32 copy doubles the bytes a decode step reads, though, and at a few active sequences those bytes are the
-  cost. So for a bf16 policy the pack also keeps its matrices in bf16 (`small`), which decode steps of at most
-  `native.bf16_linear`'s row limit multiply with the AVX2 kernel (bf16 weights, float32 arithmetic); larger
+  cost. So for a bf16 policy the pack also keeps its matrices in bf16 (`small_batch`), which decode steps of at most
+  SMALL_BATCH_ROWS sequences multiply with the AVX2 kernel of native.py (bf16 weights, float32 arithmetic); larger
   batches use the float32 matrices and torch's GEMM, which is compute-bound there.
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
@@ -25,6 +25,8 @@ from functools import lru_cache
 
 import torch
 
+from batchscale.rollout.native import bf16_linear_kernel, cpu_flags
+
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -32,12 +34,10 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 def native_bf16_cpu() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16): the Linux CPU flags, else torch's
     oneDNN check. False means torch emulates bf16 matmuls on this CPU."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-        return "avx512_bf16" in flags or "amx_bf16" in flags
-    except OSError:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    flags = cpu_flags()
+    if flags:
+        return bool({"avx512_bf16", "amx_bf16"} & flags)
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 SMALL_BATCH_ROWS = 16  # up to here the bf16 kernel beat float32 GEMM on this CPU (BENCHMARKS.md)
@@ -47,8 +47,6 @@ def resolve_small_batch_rows(setting: str, model_dtype: torch.dtype, compute_dty
                              device: torch.device) -> int:
     """How many sequences a decode step may hold and still use the bf16 kernel (0: never). Only "auto" uses it, only
     for a bf16 model decoded in float32 on a CPU, and only where the kernel builds (rollout/native.py)."""
-    from batchscale.rollout.native import bf16_linear_kernel
-
     if setting != "auto" or device.type != "cpu" or model_dtype != torch.bfloat16 or compute_dtype != torch.float32:
         return 0
     return SMALL_BATCH_ROWS if bf16_linear_kernel() else 0
