@@ -5,11 +5,14 @@ examples/models/llama-10m is such a directory: the ~10M-parameter Llama that `pr
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from batchscale.config import ModelConfig, TaskConfig
+from batchscale.errors import UserError
 from batchscale.policy.load import load_policy
 
 LLAMA_10M = Path(__file__).resolve().parent.parent / "examples" / "models" / "llama-10m"
@@ -33,3 +36,9 @@ def test_random_state_is_left_alone():
     torch.manual_seed(123)
     load_policy(ModelConfig(name=str(LLAMA_10M)), TaskConfig(), log=lambda m: None)
     assert torch.equal(torch.rand(3), expected)  # building the model did not consume the caller's generator
+
+
+def test_directory_without_tokenizer_is_a_clear_error(tmp_path):
+    shutil.copy(LLAMA_10M / "config.json", tmp_path / "config.json")
+    with pytest.raises(UserError, match="model.name.*tokenizer.*tokenizer.json"):
+        load_policy(ModelConfig(name=str(tmp_path)), TaskConfig(), log=lambda m: None)

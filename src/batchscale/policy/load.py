@@ -106,16 +106,20 @@ def load_policy(model_cfg, task_cfg, log=print) -> Policy:
         if not gguf and not (path / "config.json").is_file():
             raise UserError("model.name", f"{path} has no config.json",
                             "point at a Hugging Face checkpoint directory, or set model.gguf_file for GGUF weights")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **gguf)
+    except (OSError, ValueError) as e:
+        raise UserError("model.name", f"no tokenizer could be loaded from {path} ({str(e).splitlines()[0][:200]})",
+                        "add the tokenizer files (tokenizer.json, tokenizer_config.json) to the model directory") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model_cfg.chat_template and not getattr(tokenizer, "chat_template", None):
+        raise UserError("model.chat_template", f"{model_cfg.name} has no chat template", "set model.chat_template = false")
     if not gguf and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         model = build_from_config(path, DTYPES[model_cfg.dtype], log)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, **gguf)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.eval()  # no dropout anywhere: the update must be a deterministic function of the batch
-    if model_cfg.chat_template and not getattr(tokenizer, "chat_template", None):
-        raise UserError("model.chat_template", f"{model_cfg.name} has no chat template", "set model.chat_template = false")
     return Policy(model, tokenizer, model_cfg.name, model_cfg.chat_template)
 
 
