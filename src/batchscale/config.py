@@ -195,6 +195,11 @@ def lr_rule_exponent(rule) -> tuple[float, str]:
     return (LR_RULE_EXPONENTS[rule], rule) if isinstance(rule, str) else (float(rule), f"a={rule:g}")
 
 
+def nearest_divisor(n: int, wanted: int) -> int:
+    """The divisor of n closest to `wanted` (the smaller one on a tie): the fix a micro-batch error suggests."""
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - wanted))
+
+
 def derive_plan(cfg: Config) -> BatchPlan:
     from batchscale.algorithms import get_algorithm  # the algorithm declares whether it has a critic
 
@@ -242,8 +247,7 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
             f"set batch.samples_per_prompt >= {min_samples_per_prompt}",
         )
     if samples_per_step % b.micro_batch_size:
-        divisors = [d for d in range(1, samples_per_step + 1) if samples_per_step % d == 0]
-        near = min(divisors, key=lambda d: abs(d - b.micro_batch_size))
+        near = nearest_divisor(samples_per_step, b.micro_batch_size)
         raise UserError(
             "batch.micro_batch_size",
             f"P*G = {b.prompts_per_step}*{b.samples_per_prompt} = {samples_per_step} samples per step must split into "
@@ -260,8 +264,7 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
         )
     samples_per_update = samples_per_step // mini_batches
     if mini_batches > 1 and samples_per_update % b.micro_batch_size:
-        divisors = [d for d in range(1, samples_per_update + 1) if samples_per_update % d == 0]
-        near = min(divisors, key=lambda d: abs(d - b.micro_batch_size))
+        near = nearest_divisor(samples_per_update, b.micro_batch_size)
         raise UserError(
             "batch.micro_batch_size",
             f"each of the {mini_batches} mini-batch(es) of P*G / ppo_mini_batches = {samples_per_update} samples must "
