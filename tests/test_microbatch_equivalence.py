@@ -11,7 +11,8 @@ from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
 from batchscale.batching import collate
 from batchscale.config import OptimConfig
 from batchscale.policy.load import load_policy
-from batchscale.update import accumulate_policy_gradient, build_optimizer, clip_and_step
+from batchscale.optimization import build_optimizer, clip_and_step
+from batchscale.update import accumulate_policy_gradient
 
 
 def rollout_batch(tokenizer, n_prompts=3, group=4, seed=0):

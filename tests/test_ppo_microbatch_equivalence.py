@@ -13,7 +13,8 @@ from batchscale.batching import collate
 from batchscale.config import ModelConfig, TaskConfig, derive_plan, load_config
 from batchscale.critic import Critic, accumulate_value_gradient, build_value_model
 from batchscale.policy.load import load_policy
-from batchscale.update import accumulate_policy_gradient, build_optimizer, update_policy
+from batchscale.optimization import build_optimizer
+from batchscale.update import accumulate_policy_gradient, update_policy
 
 LR = 1e-3
 

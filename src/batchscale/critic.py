@@ -10,7 +10,7 @@ OpenRLHF) so that initial values are near 0; it computes in float32 whatever the
 Values are per-token like every other tensor in `batching`: (N, L - 1), position t the value of the state after tokens
 <= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
 (`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
-it, and follows the same epochs x mini-batches schedule as the actor (`update.iter_updates`). The critic has its own
+it, and follows the same epochs x mini-batches schedule as the actor (`optimization.iter_updates`). The critic has its own
 learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and its own gradient
 clipping; Adam's other settings come from `optim`.
 """
@@ -25,7 +25,7 @@ from torch import nn
 
 from batchscale.algorithms.losses import clipped_value_loss, token_weights
 from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches
-from batchscale.update import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
+from batchscale.optimization import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
 
 
 class ValueModel(nn.Module):

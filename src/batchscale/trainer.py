@@ -37,7 +37,8 @@ from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
 from batchscale.telemetry.runlog import RunLog, prepare_run_dir
 from batchscale.telemetry.timers import PhaseTimer
-from batchscale.update import build_optimizer, update_policy
+from batchscale.optimization import build_optimizer
+from batchscale.update import update_policy
 
 
 def run_descriptor(cfg: Config) -> dict:

@@ -24,17 +24,10 @@ from pathlib import Path
 
 import torch
 
+from batchscale.cpu import cpu_flags
+
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 _reason: list[str] = []
-
-
-def cpu_flags() -> set[str]:
-    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is missing)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line for line in f if line.startswith("flags")), "").split())
-    except OSError:
-        return set()
 
 
 def _build(source: str, target: Path) -> None:

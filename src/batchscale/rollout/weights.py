@@ -21,23 +21,13 @@ rollout batch; the tiny model's pack is negligible.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 import torch
 
-from batchscale.rollout.native import bf16_linear_kernel, cpu_flags
+from batchscale.cpu import native_bf16_cpu
+from batchscale.rollout.native import bf16_linear_kernel
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
-
-
-@lru_cache(maxsize=1)
-def native_bf16_cpu() -> bool:
-    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16): the Linux CPU flags, else torch's
-    oneDNN check. False means torch emulates bf16 matmuls on this CPU."""
-    flags = cpu_flags()
-    if flags:
-        return bool({"avx512_bf16", "amx_bf16"} & flags)
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 SMALL_BATCH_ROWS = 16  # up to here the bf16 kernel beat float32 GEMM on this CPU (BENCHMARKS.md)

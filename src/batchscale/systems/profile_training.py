@@ -114,8 +114,9 @@ def matmul_shape(model, tokens: int) -> tuple[int, int, int]:
 
 def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device) -> list[float]:
     """Seconds of each of `repeats` full updates (after one untimed warm-up update)."""
+    from batchscale.optimization import clip_and_step
     from batchscale.telemetry.timers import synchronize
-    from batchscale.update import accumulate_policy_gradient, clip_and_step
+    from batchscale.update import accumulate_policy_gradient
 
     def update():
         accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2)
@@ -148,9 +149,9 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     from pydantic import ValidationError
 
     from batchscale.config import ModelConfig, OptimConfig
-    from batchscale.rollout.weights import native_bf16_cpu
+    from batchscale.cpu import native_bf16_cpu
     from batchscale.systems.knee import fit_training_cost
-    from batchscale.update import build_optimizer
+    from batchscale.optimization import build_optimizer
 
     validate_micro_batch(batches, micro_batch_size)
     if repeats < 1:

@@ -1,0 +1,34 @@
+"""What this CPU can do, read once: the Linux feature flags and the kernel paths they allow.
+
+Every choice that depends on CPU flags (the engine's bf16 kernel, decoding a bf16 model in float32, bf16 autocast in
+training) asks here, so there is one reader of /proc/cpuinfo and one definition of "native bf16". Torch-free unless the
+flags are unreadable (then torch's oneDNN check decides), so `systems/` and the reading side can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags Linux reports (empty where /proc/cpuinfo is missing)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return frozenset(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return frozenset()
+
+
+@lru_cache(maxsize=1)
+def native_bf16_cpu() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16): the Linux CPU flags, else torch's
+    oneDNN check. False means torch emulates bf16 matmuls on this CPU."""
+    flags = cpu_flags()
+    if flags:
+        return bool(NATIVE_BF16_FLAGS & flags)
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
