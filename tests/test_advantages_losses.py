@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from batchscale.algorithms import get_algorithm
+from batchscale.algorithms.registry import get_algorithm
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages, group_normalize
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
 from batchscale.errors import UserError

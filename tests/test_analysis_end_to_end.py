@@ -7,13 +7,14 @@ import warnings
 
 import pytest
 
-from batchscale.analysis import analyze
+from batchscale.analysis.analyze import analyze
 from batchscale.analysis.plots import PLOT_FILES
 from batchscale.analysis.synthetic import write_synthetic_run, write_synthetic_sweep
 from batchscale.cli import main
 
 CONFIG_KEYS = {
-    "prompts_per_step", "samples_per_prompt", "samples_per_step", "lr", "seeds", "samples_to_target", "r_n",
+    "prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step", "lr",
+    "lr_rule", "seeds", "samples_to_target", "r_n",
     "updates_to_target", "update_ratio", "grad_norm_actor", "aligned",
 }
 NOISE_SCALE = 1024.0  # the synthetic B_simple and the batch where the sample penalty (1 + B/noise_scale) bites
@@ -41,7 +42,8 @@ def analysed(sweep, tmp_path_factory):
 
 def test_schema_is_exactly_the_issues(analysed):
     result, out_dir = analysed
-    assert set(result) == {"reference", "target", "configs", "grad_norm_slope", "b_simple"}
+    assert set(result) == {"schema_version", "reference", "target", "target_rule", "configs", "grad_norm_slope",
+                           "b_simple"}
     for config in result["configs"].values():
         assert set(config) == CONFIG_KEYS
         assert set(config["samples_to_target"]) == {"mean", "ci_low", "ci_high", "reached", "censored"}
@@ -133,7 +135,7 @@ def test_no_runs_found_exits_2(tmp_path, capsys):
     assert not (tmp_path / "empty" / "analysis.json").exists()
 
 
-@pytest.mark.filterwarnings("ignore::batchscale.analysis.runs.AnalysisWarning")
+@pytest.mark.filterwarnings("ignore::batchscale.errors.DataWarning")
 def test_failure_while_rendering_leaves_no_output(sweep, tmp_path, monkeypatch):
     import batchscale.analysis.plots as plots
 

@@ -152,7 +152,7 @@ def test_verl_scripts_carry_the_sweep(tmp_path):
         assert o["actor_rollout_ref.model.path"] == ENV_INPUTS["MODEL_PATH"]  # a path with a space survives
         assert o["data.train_files"] == ENV_INPUTS["TRAIN_FILES"] and o["data.val_files"] == ENV_INPUTS["VAL_FILES"]
         assert "critic.optim.lr" not in o
-        log = str(out / "work" / point["name"] / "verl_metrics.jsonl")
+        log = str(out / "work" / point["name"] / "verl_log.jsonl")
         assert o["hydra.run.dir"] == str(out / "work" / point["name"])  # config.yaml lands beside the log
         check_import(imported, "verl", log, out, point["name"], prompts, seed)
         assert point["lr"] == pytest.approx(expected_lr(LR_REF, prompts), rel=1e-12)

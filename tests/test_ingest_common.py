@@ -6,41 +6,31 @@ contract of DESIGN.md (every record has kind/step/samples/wall_s, samples = step
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import detect_style, normalize_trl_keys, parse_step, pick_eval_primary
-from batchscale.ingest.rundir import write_run_dir
-
-RUN_JSON_KEYS = ("label", "seed", "algorithm", "prompts_per_step", "samples_per_prompt", "samples_per_step", "lr",
-                 "lr_rule", "model", "task", "source", "import")
-
+from batchscale.rundir import RunDescriptor, read_run, summarize_run, write_run
 
 def check_run_dir(run_dir: Path, prompts_per_step: int, samples_per_prompt: int) -> tuple[list[dict], dict]:
-    """Assert `run_dir` is a valid run directory; returns (records, run.json)."""
+    """Assert `run_dir` is a valid imported run directory, read through the one reader; returns (records, run.json)."""
     run_dir = Path(run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl", "run.json", "summary.json"]
-    run = json.loads((run_dir / "run.json").read_text())
-    for key in RUN_JSON_KEYS:
-        assert key in run, key
-    assert run["samples_per_step"] == prompts_per_step * samples_per_prompt
-    assert run["lr_rule"] == "unknown"
-    assert isinstance(run["seed"], int)
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    run = read_run(run_dir)
+    d = run.descriptor
+    assert (d.prompts_per_step, d.samples_per_prompt) == (prompts_per_step, samples_per_prompt)
+    assert d.samples_per_step == prompts_per_step * samples_per_prompt and d.lr_rule == "unknown"
+    assert d.samples_per_step % d.samples_per_update == 0 and d.updates_per_step >= 1
+    assert "import" in d.to_json() and run.summary is not None and run.summary.finished is None
+    records = sorted(run.steps + run.evals, key=lambda r: (r["step"], r["kind"] != "step"))
     assert records
     for record in records:
-        assert record["kind"] in ("step", "eval")
-        assert {"step", "samples", "wall_s"} <= set(record)
         assert record["samples"] == record["step"] * prompts_per_step * samples_per_prompt
         if record["kind"] == "step":
             assert record["prompts"] == prompts_per_step
-    steps = [r["step"] for r in records]
-    assert steps == sorted(steps)
-    json.loads((run_dir / "summary.json").read_text())
-    return records, run
+    return records, d.to_json()
 
 
 def test_pick_eval_primary_prefers_accuracy_then_score():
@@ -71,16 +61,17 @@ def test_parse_step_rejects_non_integers():
 
 def test_writer_replaces_only_runs_and_leaves_no_temp(tmp_path):
     records = [{"kind": "step", "step": 1, "samples": 4, "wall_s": 1.0}]
+    first, second = (RunDescriptor(label=label, seed=0, samples_per_step=4) for label in ("a", "b"))
     out = tmp_path / "run"
-    write_run_dir(out, records, {"label": "a"}, {}, overwrite=False)
+    write_run(out, first, records, summarize_run(first, records, None))
     with pytest.raises(UserError, match="already holds a run"):
-        write_run_dir(out, records, {"label": "b"}, {}, overwrite=False)
-    write_run_dir(out, records, {"label": "b"}, {}, overwrite=True)
-    assert json.loads((out / "run.json").read_text())["label"] == "b"
+        write_run(out, second, records, summarize_run(second, records, None))
+    write_run(out, second, records, summarize_run(second, records, None), overwrite=True)
+    assert read_run(out).label == "b"
     other = tmp_path / "notes"
     other.mkdir()
     (other / "todo.txt").write_text("keep me")
     with pytest.raises(UserError, match="non-empty directory without a run"):
-        write_run_dir(other, records, {}, {}, overwrite=True)
+        write_run(other, first, records, summarize_run(first, records, None), overwrite=True)
     assert (other / "todo.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "run"]  # no temp or replaced dirs left

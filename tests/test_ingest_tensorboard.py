@@ -12,7 +12,7 @@ import pytest
 from test_ingest_common import check_run_dir
 
 from batchscale.errors import UserError
-from batchscale.ingest import import_log
+from batchscale.ingest.importer import import_log
 from batchscale.ingest.tensorboard import read_tensorboard
 
 pytest.importorskip("tensorboard")
@@ -129,7 +129,7 @@ def test_truncated_event_file_is_tolerated_and_garbage_rejected(tmp_path):
     event_file.write_bytes(event_file.read_bytes()[:-7])
     result = import_log("tensorboard", log_dir, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
     assert any("truncated" in p for p in result["run"]["import"]["problems"])
-    assert result["summary"]["step_records"] == 4  # the cut record held step 4's second tag only
+    assert result["summary"]["steps"] == 4  # the cut record held step 4's second tag only
     not_events = tmp_path / "other" / "events.out.tfevents.123.host"
     not_events.parent.mkdir()
     not_events.write_text('{"step": 1, "data": {"actor/grad_norm": 1.0}}\n' * 3)
@@ -143,7 +143,7 @@ def test_importing_does_not_import_torch(tmp_path):
     import subprocess
 
     code = ("import sys; from pathlib import Path; import batchscale.ingest.cli; "
-            "from batchscale.ingest import import_log; "
+            "from batchscale.ingest.importer import import_log; "
             f"import_log('tensorboard', Path({str(log_dir)!r}), Path({str(tmp_path / 'run')!r}), prompts_per_step=1, "
             "samples_per_prompt=1); assert 'torch' not in sys.modules and 'tensorboard' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,7 +9,7 @@ import pytest
 from test_ingest_common import check_run_dir
 
 from batchscale.errors import UserError
-from batchscale.ingest import import_log
+from batchscale.ingest.importer import import_log
 
 P, G = 2, 8
 LOGGING_STEPS = 5

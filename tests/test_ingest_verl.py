@@ -10,7 +10,7 @@ from test_ingest_common import check_run_dir
 
 from batchscale.cli import main
 from batchscale.errors import UserError
-from batchscale.ingest import import_log
+from batchscale.ingest.importer import import_log
 
 P, G = 4, 2
 STEP_TIME_S = 3.0
@@ -59,7 +59,7 @@ def test_verl_jsonl_imports_into_a_valid_run(tmp_path):
     block = run["import"]
     assert block["format"] == "verl" and block["unknown_keys"] == ["actor/entropy"]
     assert block["not_provided"] == [] and block["problems"] == []
-    assert result["summary"]["final_eval"] == pytest.approx(0.4)
+    assert result["summary"]["eval_end"] == pytest.approx(0.4)
 
 
 def test_verl_ppo_keys_and_hydra_config_beside_the_log(tmp_path):

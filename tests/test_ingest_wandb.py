@@ -10,7 +10,7 @@ import pytest
 from test_ingest_common import check_run_dir
 
 from batchscale.errors import UserError
-from batchscale.ingest import import_log
+from batchscale.ingest.importer import import_log
 
 P, G = 16, 4
 
@@ -80,7 +80,7 @@ def test_csv_errors_and_truncated_row(tmp_path):
     path = write_csv(tmp_path / "h.csv", rows)
     path.write_text(path.read_text() + "4,4.0")  # killed mid-row
     result = import_log("wandb-csv", path, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
-    assert result["summary"]["step_records"] == 3
+    assert result["summary"]["steps"] == 3
     assert any("truncated" in p for p in result["run"]["import"]["problems"])
     bad = write_csv(tmp_path / "bad.csv", [{"_step": 1, "actor/grad_norm": "inf-ish"}])
     with pytest.raises(UserError, match="row 2, key 'actor/grad_norm'"):

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from document_fixtures import generation_profile, label_analysis, write_analysis
+
 from batchscale.cli import main
+from batchscale.rundir import write_document
 
 GRPO_CSV = """label,samples_to_target,throughput,prompts_per_step,samples_per_prompt,feasible
 P=128,100000,10,128,8,true
@@ -142,21 +145,19 @@ def make_sweep(tmp_path: Path, b_simple=512.0) -> Path:
         for seed, times in seeds.items():
             write_run(sweep / "runs", label, seed, times)
     n_star = {"P4": stt(1000, 2), "P16": stt(1200, 2), "P64": stt(2000, 1), "P256": stt(None, 0, 1)}
-    configs = {
-        label: {"prompts_per_step": int(label[1:]), "samples_per_prompt": SAMPLES_PER_PROMPT,
-                "samples_per_step": int(label[1:]) * SAMPLES_PER_PROMPT, "lr": 1e-5, "seeds": len(STEP_TIMES_S[label]),
-                "samples_to_target": n_star[label], "r_n": None, "aligned": True}
-        for label in STEP_TIMES_S
-    }  # fmt: skip
-    (sweep / "analysis.json").write_text(json.dumps(
-        {"reference": "P4", "target": 0.3, "configs": configs, "grad_norm_slope": -0.5, "b_simple": b_simple}
-    ))  # fmt: skip
+    configs = {label: label_analysis(int(label[1:]), SAMPLES_PER_PROMPT, n_star[label], list(STEP_TIMES_S[label]))
+               for label in STEP_TIMES_S}
+    write_analysis(sweep / "analysis.json", "P4", 0.3, configs, b_simple)
     return sweep
+
+
+KNEE = {"metric": "tokens_per_s", "q_max": 100.0, "b_half": 64 / 9, "b_90": 64.0, "doubling_knee": 32,
+        "doubling_threshold": 0.1, "r2": 1.0, "extrapolated": False, "method": "curve_fit"}
 
 
 def test_sweep_throughput_from_logs_and_decision(tmp_path, capsys):
     sweep = make_sweep(tmp_path)
-    write(sweep / "generation_profile.json", json.dumps({"rows": [], "knee": {"b_90": 64.0, "doubling_knee": 32}}))
+    write_document(sweep / "profiles" / "generation.json", generation_profile([1, 64], [10.0, 90.0], knee=KNEE))
     code, out, _ = run_plan(capsys, sweep, "--json")
     assert code == 0
     doc = json.loads(out)
@@ -192,10 +193,15 @@ def test_sweep_errors_exit_2(tmp_path, capsys):
     sweep = make_sweep(tmp_path)
     code, out, err = run_plan(capsys, sweep, "--reference", "P256", "--json")
     assert code == 2 and out == "" and "never reached the target" in err
-    for run_dir in (sweep / "runs").glob("P64__s*"):
-        (run_dir / "metrics.jsonl").unlink()
+    for run_dir in (sweep / "runs").glob("P64__s*"):  # a log without step times: no throughput to plan with
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()[:-1]
+        untimed = [{k: v for k, v in json.loads(line).items() if k != "time/step"} for line in lines]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in untimed))
     code, out, err = run_plan(capsys, sweep, "--json")
-    assert code == 2 and out == "" and "label 'P64'" in err
+    assert code == 2 and out == "" and "label 'P64'" in err and "no run with timed step records" in err
+    (sweep / "runs" / "P64__s0" / "metrics.jsonl").unlink()
+    code, out, err = run_plan(capsys, sweep, "--json")
+    assert code == 2 and out == "" and "P64__s0/metrics.jsonl: is missing" in err
     (sweep / "analysis.json").unlink()
     code, out, err = run_plan(capsys, sweep)
     assert code == 2 and "analysis.json" in err

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from batchscale.errors import UserError
-from batchscale.plan import ConfigMeasurement, classify_regime, compute_plan, explain_decision
+from batchscale.plan.decide import ConfigMeasurement, compute_plan
+from batchscale.plan.explain import classify_regime, explain_decision
 
 REF_SAMPLES, REF_Q = 100_000.0, 10.0  # reference N* (samples) and q (samples/s): T_ref = 10,000 s
 

@@ -8,8 +8,8 @@ import pytest
 
 from batchscale.cli import main
 from batchscale.errors import UserError
-from batchscale.plan import ConfigMeasurement
-from batchscale.plan.cli import make_plan
+from batchscale.plan.decide import ConfigMeasurement
+from batchscale.plan.make import make_plan
 from batchscale.plan.memory import MemoryLimit, apply_memory_limit, compute_memory_limit
 from tests.test_plan_cli import make_sweep
 

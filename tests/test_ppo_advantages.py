@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscale.algorithms import get_algorithm
+from batchscale.algorithms.registry import get_algorithm
 from batchscale.algorithms.advantages import (AdvantageInputs, gae, gae_returns, outcome_token_rewards, ppo_advantages,
                                               whiten)
 from batchscale.algorithms.losses import clipped_value_loss
@@ -103,6 +103,6 @@ def test_registry_lists_every_algorithm_in_its_error():
 
 def test_algorithms_declare_their_needs():
     ppo, remax, grpo = get_algorithm("ppo"), get_algorithm("remax"), get_algorithm("grpo")
-    assert ppo.needs_critic and ppo.compute_value_targets is not None and ppo.min_samples_per_prompt == 1
-    assert remax.needs_greedy_baseline and not remax.needs_critic and remax.min_samples_per_prompt == 1
-    assert not grpo.needs_critic and not grpo.needs_greedy_baseline and grpo.min_samples_per_prompt == 2
+    assert ppo.needs_critic and ppo.compute_value_targets is not None and ppo.spec.min_samples_per_prompt == 1
+    assert remax.needs_greedy_baseline and not remax.needs_critic and remax.spec.min_samples_per_prompt == 1
+    assert not grpo.needs_critic and not grpo.needs_greedy_baseline and grpo.spec.min_samples_per_prompt == 2

@@ -56,7 +56,7 @@ def test_run_directory_records_the_critic_plan(run_dir):
     derived = json.loads((run_dir / "config.json").read_text())["derived"]
     assert derived["critic"]["lr"] == pytest.approx(2.5e-4) and derived["samples_per_update"] == 2
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert 0 < summary["time/train_critic_share"] < 1
+    assert 0 < summary["time_shares"]["train_critic"] < 1
 
 
 def test_grpo_plan_has_no_critic():
@@ -90,5 +90,5 @@ def test_ppo_and_remax_accept_one_sample_per_prompt():
 def test_ppo_example_raises_eval_accuracy(tmp_path):
     """examples/ppo-tiny.toml: the warm-started tiny model learns arithmetic under PPO (~45 s on 2 cores)."""
     summary = train(load_config(EXAMPLE), tmp_path, log=lambda s: None)
-    start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
+    start, end = summary["eval_start"], summary["eval_end"]
     assert end >= start + 0.05, (start, end)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from batchscale import cli
-from batchscale.systems.profile_generation import default_concurrencies
+from batchscale.systems.options import default_concurrencies
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

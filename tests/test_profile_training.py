@@ -7,7 +7,7 @@ import json
 import pytest
 
 from batchscale import cli
-from batchscale.systems import profile_training
+from batchscale.systems import profile_cli, profile_training
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -26,16 +26,16 @@ def test_json_on_a_tiny_run(capsys, random_model_dir):
     assert set(result["peaks"]) == {"float32", "bfloat16"}
     fp32 = result["peaks"]["float32"]
     assert result["peak_flops_per_s"] == fp32["best"] == max(fp32["samples"]) >= fp32["median"] > 0
-    assert [row["batch"] for row in result["rows"]] == [8, 32]
+    assert [row["samples_per_update"] for row in result["rows"]] == [8, 32]
     for row in result["rows"]:
-        assert {"batch", "tokens", "seconds", "tokens_per_s", "samples_per_s", "utilization"} <= set(row)
         assert row["seconds"] > 0 and row["tokens"] <= row["padded_tokens"]
         assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
-        assert row["samples_per_s"] == pytest.approx(row["batch"] / row["seconds"])
+        assert row["samples_per_s"] == pytest.approx(row["samples_per_update"] / row["seconds"])
         flops_per_s = 6 * result["params"] * row["tokens_per_s"]  # the 6 * N * D rule
         assert row["utilization"] == pytest.approx(flops_per_s / result["peak_flops_per_s"])
         assert 0 < row["utilization"] <= 1.5
-    assert {"a", "b", "r2", "tokens_per_s"} <= set(result["fit"])
+    assert set(result["fit"]) == {"seconds_fixed", "seconds_per_token", "r2", "tokens_per_s", "flops_per_s_asymptotic",
+                                  "utilization_asymptotic"}
 
 
 def test_time_grows_with_tokens(capsys, random_model_dir):
@@ -43,13 +43,13 @@ def test_time_grows_with_tokens(capsys, random_model_dir):
     result = run_profile(capsys, random_model_dir, "--batches", "16,64", "--repeats", "3")
     tokens = [row["tokens"] for row in result["rows"]]
     assert tokens[1] > 3 * tokens[0]
-    assert result["fit"]["b"] > 0
+    assert result["fit"]["seconds_per_token"] > 0
 
 
 def test_batch_is_prompt_plus_answer_and_eos(random_model_dir):
     from batchscale.config import ModelConfig, TaskConfig
     from batchscale.policy.load import load_policy
-    from batchscale.tasks import build_task
+    from batchscale.tasks.build import build_task
 
     task_cfg = TaskConfig()
     policy = load_policy(ModelConfig(name=str(random_model_dir)), task_cfg, log=lambda _: None)
@@ -84,6 +84,7 @@ def test_noisy_negative_slope_keeps_json_strict(monkeypatch, random_model_dir):
     times = iter([0.3, 0.1])  # the larger batch measured faster: the fitted slope is negative
     monkeypatch.setattr(profile_training, "time_update", lambda *_, **__: [next(times)])
     result = profile_training.profile_training(str(random_model_dir), batches=[4, 16], repeats=1, log=lambda _: None)
-    assert result["fit"]["b"] < 0 and result["fit"]["tokens_per_s"] is None
-    json.loads(json.dumps(result), parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
-    profile_training.print_table(result)
+    assert result.fit.seconds_per_token < 0 and result.fit.tokens_per_s is None
+    document = result.to_json()
+    json.loads(json.dumps(document), parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))
+    profile_cli.print_training_table(document)

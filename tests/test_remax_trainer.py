@@ -27,7 +27,7 @@ def test_remax_step_records_time_the_greedy_baseline(random_model_dir, tmp_path)
         assert r["time/generate_baseline"] > 0 and 0 <= r["reward/baseline_mean"] <= 1
         assert r["time/generate"] + r["time/generate_baseline"] + r["time/train"] <= r["time/step"]
         assert not any(key.endswith("/critic") for key in r)
-    assert 0 < summary["time/generate_baseline_share"] < 1
+    assert 0 < summary["time_shares"]["generate_baseline"] < 1
     assert "lr_critic" not in json.loads((tmp_path / "run.json").read_text())
 
 
@@ -35,5 +35,5 @@ def test_remax_step_records_time_the_greedy_baseline(random_model_dir, tmp_path)
 def test_remax_example_raises_eval_accuracy(tmp_path):
     """examples/remax-tiny.toml: the warm-started tiny model learns arithmetic under ReMax (~45 s on 2 cores)."""
     summary = train(load_config(EXAMPLE), tmp_path, log=lambda s: None)
-    start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
+    start, end = summary["eval_start"], summary["eval_end"]
     assert end >= start + 0.05, (start, end)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from report_fixtures import MACHINE, WINNER, make_timed_sweep, write_generation_profile, write_training_profile
 
-from batchscale.analysis import analyze
+from batchscale.analysis.analyze import analyze
 from batchscale.cli import main
-from batchscale.plan.cli import make_plan
-from batchscale.report import build_report
+from batchscale.plan.make import make_plan
+from batchscale.report.build import build_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LEARNING_PNGS = ("j_vs_samples.png", "j_vs_steps.png", "grad_norm_vs_batch.png", "r_n_vs_batch.png")
@@ -135,8 +135,8 @@ def test_cli_analyses_first_and_prints_json(analysed, tmp_path, capsys):
 
 
 def test_profiles_found_in_sweep_dir_and_missing_pngs_redrawn(sweep, tmp_path):
-    write_generation_profile(sweep / "generation_profile.json")
-    write_training_profile(sweep / "training_profile.json")
+    write_generation_profile(sweep / "profiles" / "generation.json")
+    write_training_profile(sweep / "profiles" / "training.json")
     (sweep / "j_vs_samples.png").unlink()  # analysis.json present, one of its plots gone: all four are redrawn
     out = tmp_path / "out"
     report_html = build_report(sweep, None, None, out_dir=out)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import WINNER, make_timed_sweep, write_generation_profile
 
-from batchscale.analysis import analyze
-from batchscale.report import build_report
+from batchscale.analysis.analyze import analyze
+from batchscale.report.build import build_report
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
                  if p and Path(p).is_file()), None)

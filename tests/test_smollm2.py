@@ -23,6 +23,6 @@ def test_smollm2_loads_offline_and_trains_one_step(tmp_path):
         "batch.prompts_per_step=2", "batch.samples_per_prompt=2", "batch.micro_batch_size=2",
         "batch.reference_samples_per_step=4", "optim.lr=1e-6", "run.budget_samples=4", "sampling.max_new_tokens=6"])
     summary = train(cfg, tmp_path, log=lambda s: None)
-    assert summary["model_params"] > 100e6 and summary["steps"] == 1
+    assert summary["machine"]["model_params"] > 100e6 and summary["steps"] == 1
     step = next(json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines() if '"step"' in l and '"kind": "step"' in l)
     assert step["grad_norm/actor"] > 0 and step["tokens/generated"] > 0

@@ -75,11 +75,11 @@ def test_saturating_fit_rejects_bad_points():
 def test_linear_training_fit():
     tokens = np.array([1000, 2000, 4000, 8000, 16000], dtype=float)
     exact = fit_training_cost(tokens, 2.0 + 1e-3 * tokens)
-    assert (exact.a_s, exact.b_s_per_token, exact.r2) == (pytest.approx(2.0), pytest.approx(1e-3), pytest.approx(1.0))
+    assert (exact.seconds_fixed, exact.seconds_per_token, exact.r2) == (pytest.approx(2.0), pytest.approx(1e-3), pytest.approx(1.0))
     assert exact.tokens_per_s == pytest.approx(1000.0)
     rng = np.random.default_rng(0)
     noisy = fit_training_cost(tokens, (2.0 + 1e-3 * tokens) * (1 + 0.02 * rng.standard_normal(tokens.size)))
-    assert noisy.b_s_per_token == pytest.approx(1e-3, rel=0.1)
+    assert noisy.seconds_per_token == pytest.approx(1e-3, rel=0.1)
     assert noisy.r2 > 0.98
     with pytest.raises(UserError, match="2 distinct"):
         fit_training_cost([1000, 1000], [1.0, 1.1])

@@ -106,6 +106,6 @@ def test_grpo_example_raises_eval_accuracy(tmp_path):
 
     example = Path(__file__).parents[1] / "examples" / "grpo-tiny.toml"
     summary = train(load_config(example), tmp_path, log=lambda s: None)
-    start, end = summary["eval/accuracy_start"], summary["eval/accuracy_end"]
+    start, end = summary["eval_start"], summary["eval_end"]
     assert 0.2 < start < 0.8  # the warm start leaves room both ways
     assert end >= start + 0.05, (start, end)

@@ -86,7 +86,7 @@ def train(
     if json_out:
         print_json({"run_dir": str(run_dir), **summary})
     else:
-        typer.echo(f"run log: {run_dir / 'metrics.jsonl'}")
+        typer.echo(f"run directory: {run_dir}")
 
 
 @app.command()

@@ -24,6 +24,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.errors import UserError
 
 LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
@@ -201,7 +202,6 @@ def nearest_divisor(n: int, wanted: int) -> int:
 
 
 def derive_plan(cfg: Config) -> BatchPlan:
-    from batchscale.algorithms import get_algorithm  # the algorithm declares whether it has a critic
 
     b, algo = cfg.batch, cfg.algorithm
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
@@ -209,7 +209,7 @@ def derive_plan(cfg: Config) -> BatchPlan:
     exponent, rule_name = lr_rule_exponent(cfg.optim.lr_rule)
     label = cfg.run.label or f"{algo.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}"
     critic = None
-    if get_algorithm(algo.name).needs_critic:
+    if get_algorithm_spec(algo.name).needs_critic:
         critic_exponent, critic_rule = lr_rule_exponent(cfg.critic.lr_rule)
         critic = CriticPlan(critic_rule, critic_exponent, cfg.critic.lr,
                             scale_lr(cfg.critic.lr, samples_per_update, b.reference_samples_per_step, critic_exponent))
@@ -390,10 +390,8 @@ def load_config(path: Path | None, overrides: list[str] = (), min_samples_per_pr
     data = read_toml(path) if path is not None else {}
     data = apply_overrides(data, list(overrides))
     if min_samples_per_prompt is None:
-        from batchscale.algorithms import get_algorithm  # the algorithm declares what it needs
-
         name = data.get("algorithm", {}).get("name", AlgorithmConfig().name) if isinstance(data.get("algorithm"), dict) else "grpo"
-        min_samples_per_prompt = get_algorithm(name).min_samples_per_prompt
+        min_samples_per_prompt = get_algorithm_spec(name).min_samples_per_prompt
     return validate_config(data, min_samples_per_prompt)
 
 

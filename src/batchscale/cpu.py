@@ -32,3 +32,20 @@ def native_bf16_cpu() -> bool:
     import torch
 
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (None where /proc/cpuinfo is missing)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("model name")), None)
+    except OSError:
+        return None
+    return line.partition(":")[2].strip() if line else None
+
+
+def kernel_flags() -> list[str]:
+    """The flags that choose kernel paths here (vector width, bf16), for saying which CPU a number was measured on."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return [flag for flag in wanted if flag in cpu_flags()]

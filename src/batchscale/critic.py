@@ -75,12 +75,13 @@ def accumulate_value_gradient(
     return stats
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var(R - V) / Var(R) over response tokens: 1 is a perfect critic, 0 no better than a constant."""
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float | None:
+    """1 - Var(R - V) / Var(R) over response tokens: 1 is a perfect critic, 0 no better than a constant; None when
+    the returns do not vary (every response scored the same), where it is undefined."""
     keep = mask > 0
     target, residual = returns[keep], (returns - values)[keep]
     variance = target.var(unbiased=False)
-    return float(1 - residual.var(unbiased=False) / variance) if variance > 0 else float("nan")
+    return float(1 - residual.var(unbiased=False) / variance) if variance > 0 else None
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchscale.progress import console
-from batchscale.telemetry.runlog import write_json_atomic
+from batchscale.files import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,9 @@ seeds = {list(scale.seeds)}
 
 def run_demo(out: Path, quick: bool = False) -> dict:
     from batchscale.analysis.analyze import analyze
-    from batchscale.plan.cli import make_plan, plan_to_json
-    from batchscale.report import build_report
+    from batchscale.plan.make import plan_sweep
+    from batchscale.report.build import build_report
+    from batchscale.rundir import GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE, write_document
     from batchscale.sweep.driver import run_sweep
     from batchscale.sweep.spec import load_sweep
     from batchscale.systems.profile_generation import profile_generation
@@ -74,7 +75,6 @@ def run_demo(out: Path, quick: bool = False) -> dict:
 
     scale = QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profiles").mkdir(exist_ok=True)
     seconds: dict[str, float] = {}
 
     def stage(name: str, title: str):
@@ -92,24 +92,24 @@ def run_demo(out: Path, quick: bool = False) -> dict:
 
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
     generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=console.print)
-    write_json_atomic(out / "profiles" / "generation.json", generation)
+    write_document(out / GENERATION_PROFILE_FILE, generation)
     training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=console.print)
-    write_json_atomic(out / "profiles" / "training.json", training)
+    write_document(out / TRAINING_PROFILE_FILE, training)
     done(mark)
 
     mark = stage("analysis", "3/4 analyse on the sample axis and decide on the time axis")
     analysis = analyze(out)
-    decision, explanation, regime, source = make_plan(out, generation_profile=out / "profiles" / "generation.json")
-    plan = plan_to_json(decision, explanation, regime, source)
-    write_json_atomic(out / "plan.json", plan)
+    plan = plan_sweep(out, out / GENERATION_PROFILE_FILE)
+    write_document(out / PLAN_FILE, plan)
+    plan = plan.to_json()
     done(mark)
 
     mark = stage("report", "4/4 report")
-    report = build_report(out, out / "profiles" / "generation.json", out / "profiles" / "training.json")
+    report = build_report(out, out / GENERATION_PROFILE_FILE, out / TRAINING_PROFILE_FILE)
     done(mark)
 
-    result = {"out": str(out), "report": str(report), "best": plan["best"], "explanation": plan.get("explanation"),
-              "regime": plan.get("regime"), "reference": plan["reference"], "target": analysis.get("target"),
+    result = {"out": str(out), "report": str(report), "best": plan["best"], "explanation": plan["explanation"],
+              "regime": plan["regime"], "reference": plan["reference"], "target": analysis["target"],
               "seconds": seconds, "rows": plan["rows"]}
     write_json_atomic(out / "demo.json", result)
     return result

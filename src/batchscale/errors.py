@@ -14,3 +14,9 @@ class UserError(Exception):
     def __init__(self, field: str, rule: str, fix: str):
         self.field, self.rule, self.fix = field, rule, fix
         super().__init__(f"{field}: {rule}. Fix: {fix}")
+
+
+class DataWarning(UserWarning):
+    """Something the user should know about the input or a result, but that does not stop the command (a dropped
+    truncated line, a censored seed, a target outside the scores). The CLI prints each as one `warning:` line, and
+    `analyze` lists them in its report."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import platform
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,37 +27,45 @@ import numpy as np
 import torch
 
 from batchscale import __version__
-from batchscale.algorithms import Algorithm, get_algorithm
+from batchscale.algorithms.registry import Algorithm, get_algorithm
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.batching import collate
 from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
+from batchscale.cpu import cpu_model, kernel_flags
 from batchscale.critic import Critic, build_critic
 from batchscale.policy.load import Policy, load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
-from batchscale.telemetry.runlog import RunLog, prepare_run_dir
+from batchscale.rundir import RunDescriptor, RunLog, check_out_dir, summarize_run
+from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.telemetry.timers import PhaseTimer
 from batchscale.optimization import build_optimizer
 from batchscale.update import update_policy
 
 
-def run_descriptor(cfg: Config) -> dict:
+def run_descriptor(cfg: Config) -> RunDescriptor:
+    """The run descriptor: the flat facts of this run, the batch facts among them (see rundir.RunDescriptor)."""
     plan = derive_plan(cfg)
-    return {
-        "label": plan.label,
-        "seed": cfg.run.seed,
-        "algorithm": cfg.algorithm.name,
-        "prompts_per_step": plan.prompts_per_step,
-        "samples_per_prompt": plan.samples_per_prompt,
-        "samples_per_step": plan.samples_per_step,
-        "lr": plan.lr,
-        "lr_rule": plan.lr_rule,
+    return RunDescriptor(
+        label=plan.label,
+        seed=cfg.run.seed,
+        algorithm=cfg.algorithm.name,
+        prompts_per_step=plan.prompts_per_step,
+        samples_per_prompt=plan.samples_per_prompt,
+        samples_per_step=plan.samples_per_step,
+        samples_per_update=plan.samples_per_update,
+        updates_per_step=plan.updates_per_step,
+        lr=plan.lr,
+        lr_rule=plan.lr_rule,
         **({"lr_critic": plan.critic.lr, "lr_rule_critic": plan.critic.lr_rule} if plan.critic else {}),
-        "model": cfg.model.name,
-        "task": cfg.task.name,
-        "source": "batchscale",
-    }
+        rollout_mode="sync",
+        generation_batch=plan.samples_per_step,
+        max_concurrency=cfg.rollout.max_concurrency,
+        model=cfg.model.name,
+        task=cfg.task.name,
+        source="batchscale",
+    )
 
 
 def evaluate(policy: Policy, engine, task, max_new_tokens: int) -> dict:
@@ -95,10 +104,11 @@ class Run:
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
           log: Callable[[str], None] = print) -> dict:
-    """Run one configuration to its sample budget; returns the summary also written to summary.json."""
+    """Run one configuration to its sample budget; returns the summary also written into the run directory."""
     plan = derive_plan(cfg)
     algorithm = get_algorithm(cfg.algorithm.name)
-    run_dir = prepare_run_dir(out_dir, overwrite)
+    run_dir = Path(out_dir)
+    check_out_dir(run_dir, overwrite)
     task = build_task(cfg.task)  # data files are read and checked before any compute
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -117,40 +127,50 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     emit = on_record or (lambda record: None)
     log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params")
 
-    runlog = RunLog(run_dir, run_descriptor(cfg), resolved_config(cfg), tensorboard=cfg.run.tensorboard)
+    if overwrite and run_dir.is_dir():
+        shutil.rmtree(run_dir)  # check_out_dir allowed it: a run of batchscale's own
+    descriptor = run_descriptor(cfg)
+    runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
+    mirror = TensorBoardMirror(run_dir) if cfg.run.tensorboard else None
     start = time.perf_counter()
-    samples, next_eval, history = 0, 0, []
+    records = []
+
+    def write(record: dict) -> None:
+        runlog.write(record)
+        records.append(record)
+        if mirror is not None:
+            mirror.write(record)
+        emit(record)
+
+    samples, next_eval = 0, 0
 
     def eval_now(step: int) -> dict:
         t0 = time.perf_counter()
         metrics = evaluate(policy, engine, task, cfg.sampling.max_new_tokens)
         record = {"kind": "eval", "step": step, "samples": samples, "wall_s": time.perf_counter() - start,
                   **metrics, "time/eval": time.perf_counter() - t0}
-        runlog.write(record)
-        emit(record)
+        write(record)
         return record
 
     try:
-        first_eval = eval_now(0)
+        eval_now(0)
         next_eval = cfg.run.eval_every_samples
-        last_eval = first_eval
         for step in range(1, plan.num_steps + 1):
             record = run_step(step, run)
             samples += plan.samples_per_step
             record.update(samples=samples, wall_s=time.perf_counter() - start)
-            runlog.write(record)
-            history.append(record)
-            emit(record)
+            write(record)
             if samples >= next_eval or step == plan.num_steps:
-                last_eval = eval_now(step)
+                eval_now(step)
                 while next_eval <= samples:
                     next_eval += cfg.run.eval_every_samples
-    except BaseException:
-        runlog.close()  # metrics.jsonl keeps what was written; no summary.json marks the run unfinished
-        raise
-    summary = summarize(cfg, plan, history, first_eval, last_eval, time.perf_counter() - start, policy)
+    finally:
+        runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
+        if mirror is not None:
+            mirror.close()
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(policy))
     runlog.finish(summary)
-    return summary
+    return summary.model_dump(mode="json")
 
 
 def run_step(step: int, run: Run) -> dict:
@@ -212,26 +232,15 @@ def eos_missing(response_ids: list[int], eos_id: int) -> bool:
     return not response_ids or response_ids[-1] != eos_id
 
 
-def summarize(cfg, plan, history, first_eval, last_eval, wall_s, policy) -> dict:
-    step_s = float(np.sum([r["time/step"] for r in history]))
+def machine_facts(policy: Policy) -> dict:
+    """Where the run ran, for the summary: results must say which CPU (and kernel flags) produced them."""
     return {
-        "finished": True,
-        "label": plan.label,
-        "seed": cfg.run.seed,
-        "steps": len(history),
-        "samples": history[-1]["samples"] if history else 0,
-        "wall_s": wall_s,
-        "eval/accuracy_start": first_eval["eval/accuracy"],
-        "eval/accuracy_end": last_eval["eval/accuracy"],
-        "time/step_mean": step_s / max(len(history), 1),
-        "time/generate_share": float(np.sum([r["time/generate"] for r in history])) / step_s if step_s else None,
-        "time/train_share": float(np.sum([r["time/train"] for r in history])) / step_s if step_s else None,
-        **{f"{key}_share": float(np.sum([r[key] for r in history])) / step_s
-           for key in ("time/generate_baseline", "time/train_critic") if history and key in history[0] and step_s},
-        "samples_per_s": (history[-1]["samples"] / step_s) if step_s else None,
-        "model_params": policy.num_params,
-        "batchscale_version": __version__,
-        "torch_version": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "cpu": cpu_model(),
+        "cpu_flags": kernel_flags(),
         "machine": platform.machine(),
+        "device": str(policy.model.device),
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "batchscale_version": __version__,
+        "model_params": policy.num_params,
     }

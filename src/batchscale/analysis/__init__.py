@@ -1,6 +1,6 @@
 """The learning side of "When Do Larger Batches Help Scale LLM Reinforcement Learning?" (arXiv 2608.29296).
 
-Reads run directories only (run.json + metrics.jsonl, see DESIGN.md), never the training stack, so imported verl / OpenRLHF /
+Reads run directories only (through batchscale.rundir, see DESIGN.md), never the training stack, so imported verl / OpenRLHF /
 TRL runs analyse the same as native ones. Pipeline, one module per step:
 
     runs       read and group run directories by label
@@ -12,7 +12,3 @@ TRL runs analyse the same as native ones. Pipeline, one module per step:
     plots, report   PNG figures and report.md
     analyze    orchestration -> analysis.json
 """
-
-from batchscale.analysis.analyze import analyze
-
-__all__ = ["analyze"]

@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from batchscale.analysis import alignment, bootstrap, curves, gradnoise, targets
-from batchscale.analysis.runs import AnalysisWarning, Run, load_runs
-from batchscale.errors import UserError
+from batchscale.analysis.runs import Run, load_runs
+from batchscale.errors import DataWarning, UserError
+from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
 
 DEFAULT_LR_RULE = "sqrt"
-CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "lr")
+CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
+               "lr", "lr_rule")
 
 
 def analyze(
@@ -37,25 +39,25 @@ def analyze(
     seed: int = 0,
 ) -> dict:
     """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
-    analysis.json document. AnalysisWarnings (censoring, skipped dirs, target outside the scores) are also listed in
+    analysis.json document. DataWarnings (censoring, skipped dirs, target outside the scores) are also listed in
     report.md."""
     # matplotlib only once there is something to draw
     from batchscale.analysis.plots import PLOT_FILES
     from batchscale.analysis.report import render_outputs
 
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AnalysisWarning)
+        warnings.simplefilter("always", DataWarning)
         result, details = compute_analysis(Path(path), target, reference, smooth_window, seed)
-    details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, AnalysisWarning)]
+    details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out_dir = Path(out) if out is not None else Path(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         files = render_outputs(result, details, out_dir)  # {final name: temporary path}
-        files["analysis.json"] = write_temporary(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n")
+        files[ANALYSIS_FILE] = write_temporary(out_dir / ANALYSIS_FILE, json.dumps(result, indent=2, allow_nan=False) + "\n")
     except BaseException:
-        for name in [*PLOT_FILES.values(), "report.md", "analysis.json"]:  # nothing half-written stays behind
+        for name in [*PLOT_FILES.values(), "report.md", ANALYSIS_FILE]:  # nothing half-written stays behind
             (out_dir / f".{name}.tmp").unlink(missing_ok=True)
         raise
     for name, temporary in files.items():
@@ -72,16 +74,16 @@ def write_temporary(final_path: Path, text: str) -> Path:
 
 def is_default_lr_rule(lr_rule) -> bool:
     """sqrt scaling, named or given as its exponent 0.5."""
-    return str(lr_rule).strip().lower() in (DEFAULT_LR_RULE, "0.5")
+    return str(lr_rule).strip().lower() in (DEFAULT_LR_RULE, "0.5", "a=0.5")
 
 
 def choose_reference(by_label: dict[str, list[Run]]) -> str:
     """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it)."""
-    candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].meta.get("lr_rule"))]
+    candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].descriptor.lr_rule)]
     candidates = candidates or list(by_label)
     return min(
         candidates,
-        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].meta.get("prompts_per_step", 0), label),
+        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].descriptor.prompts_per_step or 0, label),
     )
 
 
@@ -102,13 +104,13 @@ def resolve_target(target: float | None, reference_summary: dict, all_scores: np
     if target > np.max(all_scores):
         warnings.warn(
             f"target {target:.4g} is above every observed score (max {np.max(all_scores):.4g}): every seed is censored",
-            AnalysisWarning,
+            DataWarning,
         )
     elif target <= np.min(all_scores):
         warnings.warn(
             f"target {target:.4g} is at or below every observed score (min {np.min(all_scores):.4g}): every seed reaches "
             "it at its first eval, so rN is undefined",
-            AnalysisWarning,
+            DataWarning,
         )
     return float(target), rule
 
@@ -129,8 +131,8 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
 
     per_label = {label: measure_label(by_label[label], eval_curves[label], target, seed) for label in by_label}
     reference_n, reference_updates = per_label[reference]["n_star"]["mean"], per_label[reference]["updates_mean"]
-    lr_rule = by_label[reference][0].meta.get("lr_rule")
-    family = [label for label in by_label if str(by_label[label][0].meta.get("lr_rule")) == str(lr_rule)]
+    lr_rule = by_label[reference][0].descriptor.lr_rule
+    family = [label for label in by_label if by_label[label][0].descriptor.lr_rule == lr_rule]
     configs, details = {}, {"labels": {}, "reference": reference, "target_rule": target_rule, "family": family}
     for label, runs in by_label.items():
         measured = per_label[label]
@@ -139,11 +141,11 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
             warnings.warn(
                 f"{label}: {measured['n_star']['censored']} of {len(runs)} seeds never reached the target "
                 f"(censored; {outcome})",
-                AnalysisWarning,
+                DataWarning,
             )
         aligned = alignment.measure_alignment(eval_curves[label], eval_curves[reference])
         configs[label] = {
-            **{key: runs[0].meta.get(key) for key in CONFIG_KEYS},
+            **{key: getattr(runs[0].descriptor, key) for key in CONFIG_KEYS},
             "seeds": [r.seed for r in runs],
             "samples_to_target": measured["n_star"],
             "r_n": targets.compute_ratio(measured["n_star"]["mean"], reference_n),
@@ -153,20 +155,21 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
             "aligned": aligned["aligned"],
         }
         details["labels"][label] = {
-            "lr_rule": runs[0].meta.get("lr_rule"),
+            "lr_rule": runs[0].descriptor.lr_rule,
             "n_star_per_seed": measured["n_star_per_seed"],
             "alignment": aligned,
             "curve": curves.summarize_seed_curves(eval_curves[label]),
             "step_curve": curves.summarize_seed_curves(step_curves[label]),
         }
     grad = measure_grad_noise(by_label, family, configs, details)
-    result = {
-        "reference": reference,
-        "target": target,
-        "configs": configs,
-        "grad_norm_slope": grad["actor"]["slope"] if grad.get("actor") else None,
-        "b_simple": grad["actor"]["b_simple"] if grad.get("actor") else None,
-    }
+    result = AnalysisDocument(
+        reference=reference,
+        target=target,
+        target_rule=target_rule,
+        configs=configs,
+        grad_norm_slope=grad["actor"]["slope"] if grad.get("actor") else None,
+        b_simple=grad["actor"]["b_simple"] if grad.get("actor") else None,
+    ).to_json()  # the schema checks every key here, at the producer
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])
     return result, details

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from batchscale.analysis.runs import AnalysisWarning
+from batchscale.errors import DataWarning
 
 
 def analyze(
@@ -32,9 +32,9 @@ def analyze(
     from batchscale.analysis.analyze import analyze as run_analysis
 
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AnalysisWarning)
+        warnings.simplefilter("always", DataWarning)
         result = run_analysis(path, target=target, reference=reference, out=out)
-    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, AnalysisWarning)):
+    for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

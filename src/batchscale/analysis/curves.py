@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchscale.analysis.runs import Run, eval_score
+from batchscale.rundir import Run, primary_eval_score
 
 
 def extract_eval_curve(run: Run, smooth_window: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(samples, scores) of one run's scored eval records, sorted by samples, optionally smoothed."""
-    points = [(float(r["samples"]), eval_score(r)) for r in run.evals]
+    points = [(float(r["samples"]), primary_eval_score(r)) for r in run.evals]
     points = [(n, j) for n, j in points if j is not None]
     samples = np.array([n for n, _ in points], dtype=float)
     scores = np.array([j for _, j in points], dtype=float)

@@ -54,8 +54,8 @@ TABLE_HEADER = ["label", "B", "lr rule", "lr", "N* mean [95% CI] (reached)", "rN
                 "aligned", "|g| actor"]
 
 
-def render_report(result: dict, details: dict) -> str:
-    """The markdown report."""
+def render_report(result: dict, details: dict, figures: bool = True) -> str:
+    """The markdown report; without `figures`, no figure links (the full report places the figures itself)."""
     lines = [
         "# Learning side: samples-to-target, invariance, gradient noise",
         "",
@@ -108,7 +108,9 @@ def render_report(result: dict, details: dict) -> str:
                      f"B_simple = {format_number(fit['b_simple'])}" + (f" ({fit['note']})" if fit["note"] else ""))
     if details.get("warnings"):
         lines += ["", "## Warnings", *(f"- {message}" for message in details["warnings"])]
-    lines += ["", "## Figures", *(f"![{key}]({name})" for key, name in PLOT_FILES.items()), ""]
+    if figures:
+        lines += ["", "## Figures", *(f"![{key}]({name})" for key, name in PLOT_FILES.items())]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -12,10 +12,11 @@ Gaussian noise on the score. Records follow DESIGN.md's run-log contract; eval r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+
+from batchscale.rundir import RunDescriptor, summarize_run, write_run
 
 
 def compute_synthetic_score(samples, samples_per_step, noise_scale, samples_scale, slowdown=1.0, initial=0.1, final=0.8):
@@ -42,19 +43,17 @@ def write_synthetic_run(
     grad_floor: float = 1e-4,
     with_critic: bool = False,
 ) -> Path:
-    """Write run.json and metrics.jsonl for one synthetic run; returns run_dir."""
+    """Write one synthetic run directory (a finished run); returns run_dir."""
     rng = np.random.default_rng([seed, prompts_per_step, int(slowdown * 1000)])
     samples_per_step = prompts_per_step * samples_per_prompt
     seed_factor = float(np.exp(seed_sd * rng.standard_normal()))
     steps = max(1, total_samples // samples_per_step)
     eval_every_steps = max(1, eval_every_samples // samples_per_step)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "label": label, "seed": seed, "algorithm": "grpo", "prompts_per_step": prompts_per_step,
-        "samples_per_prompt": samples_per_prompt, "samples_per_step": samples_per_step, "lr": lr, "lr_rule": lr_rule,
-        "model": "synthetic", "task": "synthetic", "source": "synthetic",
-    }
-    (run_dir / "run.json").write_text(json.dumps(meta))
+    descriptor = RunDescriptor(
+        label=label, seed=seed, algorithm="grpo", prompts_per_step=prompts_per_step,
+        samples_per_prompt=samples_per_prompt, samples_per_step=samples_per_step, lr=lr, lr_rule=lr_rule,
+        model="synthetic", task="synthetic", source="synthetic",
+    )
 
     def score(samples: int) -> float:
         clean = compute_synthetic_score(samples, samples_per_step, noise_scale, samples_scale, slowdown * seed_factor)
@@ -77,8 +76,7 @@ def write_synthetic_run(
         if step % eval_every_steps == 0 or step == steps:
             records.append({"kind": "eval", "step": step, "samples": samples, "wall_s": step * 1.0,
                             "eval/accuracy": score(samples)})
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return run_dir
+    return write_run(run_dir, descriptor, records, summarize_run(descriptor, records, finished=True))
 
 
 def write_synthetic_sweep(

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from batchscale.export import FORMATS, export_sweep
+from batchscale.export.formats import FORMATS
 
 
 def export_launchers(
@@ -21,6 +21,8 @@ def export_launchers(
     json_out: Annotated[bool, typer.Option("--json", help="Print the manifest (sweep.json) as JSON.")] = False,
 ) -> None:
     """Write launch scripts that run a sweep on verl or OpenRLHF and import their logs back as runs."""
+    from batchscale.export.launchers import export_sweep
+
     result = export_sweep(format, sweep_file, out, set_, overwrite)
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")

@@ -1,7 +1,7 @@
 """`batchscale import FORMAT PATH --out RUN_DIR`: the command-line face of batchscale.ingest.
 
 Tolerated problems (a truncated last line, unmapped keys, keys the framework does not log) go to stderr and into
-run.json's `import` block; the result goes to stdout (one JSON document with --json).
+the run descriptor's `import` block; the result goes to stdout (one JSON document with --json).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from batchscale.ingest import READERS, import_log
+from batchscale.ingest.common import FORMATS
 
 UNKNOWN_KEYS_SHOWN = 8
 
 
 def import_run(
-    format: Annotated[str, typer.Argument(help=f"Log format: {', '.join(READERS)}.", show_default=False)],
+    format: Annotated[str, typer.Argument(help=f"Log format: {', '.join(FORMATS)}.", show_default=False)],
     path: Annotated[Path, typer.Argument(help="The log: a file, or a directory (TensorBoard run, TRL checkpoint).")],
     out: Annotated[Path, typer.Option("--out", help="Run directory to create.")],
     label: Annotated[Optional[str], typer.Option(help="Label shared by seeds (default: SOURCE-pP-gG).")] = None,
@@ -34,6 +34,8 @@ def import_run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Import a verl, OpenRLHF (TensorBoard) or TRL run, or a W&B history CSV, as a batchscale run directory."""
+    from batchscale.ingest.importer import import_log
+
     result = import_log(format, path, out, label=label, prompts_per_step=prompts_per_step,
                         samples_per_prompt=samples_per_prompt, seed=seed, overwrite=overwrite, config_path=config,
                         lr_rule=lr_rule)
@@ -43,8 +45,8 @@ def import_run(
         return
     run, summary = result["run"], result["summary"]
     typer.echo(
-        f"imported {run['source']} run -> {result['run_dir']}: {summary['step_records']} step and "
-        f"{summary['eval_records']} eval records, {summary['samples']} samples "
+        f"imported {run['source']} run -> {result['run_dir']}: {summary['steps']} step records to step "
+        f"{summary['last_step']}, {summary['samples']} samples "
         f"(P={run['prompts_per_step']}, G={run['samples_per_prompt']}), label {run['label']}, seed {run['seed']}"
     )
 
@@ -56,7 +58,7 @@ def report_problems(block: dict) -> None:
     unknown = block["unknown_keys"]
     if unknown:
         shown = ", ".join(unknown[:UNKNOWN_KEYS_SHOWN]) + (", ..." if len(unknown) > UNKNOWN_KEYS_SHOWN else "")
-        typer.echo(f"note: {len(unknown)} unmapped key(s) not imported ({shown}); see run.json import.unknown_keys",
+        typer.echo(f"note: {len(unknown)} unmapped key(s) not imported ({shown}); see the run descriptor's import.unknown_keys",
                    err=True)
     if block["not_provided"]:
         typer.echo(f"note: missing from the log: {'; '.join(block['not_provided'])}", err=True)

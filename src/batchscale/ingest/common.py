@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 from batchscale.errors import UserError
 
+# The formats `batchscale import` reads (importer.READERS maps each to its reader).
+FORMATS = ("verl", "tensorboard", "trl", "wandb-csv")
+
 # batchscale step key -> framework -> framework keys, first present wins.
 STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
     "reward/mean": {
@@ -79,11 +82,6 @@ STEP_KEYS: dict[str, tuple[str, ...]] = {  # where each framework logs its step,
 }
 
 # Contract keys of a step record (DESIGN.md) a log may lack; missing ones are listed as "not provided by <framework>".
-CONTRACT_STEP_KEYS = ("reward/mean", "response/length_mean", "tokens/generated", "time/generate", "time/train",
-                      "time/step", "grad_norm/actor", "lr/actor")
-CONTRACT_PPO_KEYS = ("grad_norm/critic", "lr/critic", "time/train_critic")
-
-
 @dataclass
 class RawRow:
     """One logged row: a step, its metrics under the framework's names, and where it came from (for messages)."""
@@ -103,7 +101,7 @@ class ParsedLog:
     start_time_s: float | None = None  # timestamp of the run's start on the rows' clock, when known
     config: dict = field(default_factory=dict)  # flattened framework config found or given (verl config.yaml)
     config_path: str | None = None
-    problems: list[str] = field(default_factory=list)  # tolerated damage, reported in run.json and on stderr
+    problems: list[str] = field(default_factory=list)  # tolerated damage, reported in the run descriptor and on stderr
     notes: list[str] = field(default_factory=list)
     window_note: str | None = None  # set when rows average over a logging window (TRL)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 
-# run.json field -> framework -> config keys, first present wins.
+# run descriptor field -> framework -> config keys, first present wins.
 CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "prompts_per_step": {
         "verl": ("data.train_batch_size",),
@@ -37,8 +37,15 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "model": {"verl": ("actor_rollout_ref.model.path",), "openrlhf": ("pretrain",), "trl": ("model_name_or_path",)},
     "task": {"verl": ("data.train_files",), "openrlhf": ("prompt_data",), "trl": ("dataset_name",)},
     "seed": {"verl": ("data.seed",), "openrlhf": ("seed",), "trl": ("seed",)},
+    # the updates a rollout batch feeds: verl splits it into mini-batches of ppo_mini_batch_size prompts (x n
+    # responses each, verl multiplies by n itself) and passes over them ppo_epochs times
+    "mini_batch_prompts": {"verl": ("actor_rollout_ref.actor.ppo_mini_batch_size",), "openrlhf": (), "trl": ()},
+    "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
-NUMERIC_FIELDS = {"prompts_per_step": int, "samples_per_prompt": int, "seed": int, "lr": float}
+NUMERIC_FIELDS = {"prompts_per_step": int, "samples_per_prompt": int, "seed": int, "lr": float,
+                  "mini_batch_prompts": int, "epochs": int}
+
+
 def find_config_file(log_path: Path) -> Path | None:
     """verl's Hydra config beside the log: config.yaml or .hydra/config.yaml there, or ../.hydra/config.yaml."""
     base = log_path if log_path.is_dir() else log_path.parent
@@ -80,7 +87,7 @@ def read_config_file(config_path: Path) -> dict:
 
 
 def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
-    """run.json fields the config provides, e.g. {"prompts_per_step": 256, "lr": 1e-6}; skipped values are noted."""
+    """Run descriptor fields the config provides, e.g. {"prompts_per_step": 256, "lr": 1e-6}; skipped values are noted."""
     fields = {}
     for field_name, per_framework in CONFIG_KEYS.items():
         for key in per_framework.get(style, ()):

@@ -1,4 +1,5 @@
-"""Turn a parsed framework log into run-log records (DESIGN.md "The run log") plus the run.json `import` block.
+"""Turn a parsed framework log into run-log records (DESIGN.md "The run log") plus the run descriptor's `import`
+block.
 
 Per step (rows with the same step are merged; a later row wins, as in a resumed run):
 - a `step` record when any mapped training key is present: mapped keys (common.STEP_KEY_MAP), `prompts` = P and
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import (
-    CONTRACT_PPO_KEYS,
-    CONTRACT_STEP_KEYS,
     STEP_KEY_MAP,
     ParsedLog,
     eval_name,
@@ -29,6 +28,7 @@ from batchscale.ingest.common import (
     parse_number,
     pick_eval_primary,
 )
+from batchscale.rundir.run import CRITIC_STEP_KEYS, STEP_KEYS
 
 
 def merge_rows_by_step(parsed: ParsedLog, path: str, dropped: list[str]) -> dict[int, dict]:
@@ -82,7 +82,7 @@ def map_eval_metrics(style: str, metrics: dict) -> dict[str, float]:
 
 
 def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_per_step: int) -> tuple[list, dict]:
-    """(records, report): run-log records in step order and the facts for run.json's `import` block."""
+    """(records, report): run-log records in step order and the facts for the descriptor's `import` block."""
     style = parsed.style
     dropped: list[str] = []
     merged = merge_rows_by_step(parsed, path, dropped)
@@ -165,7 +165,7 @@ def assign_wall_seconds(step_records: list, eval_records: list, start_time_s: fl
 def list_missing_keys(style: str, step_records: list) -> list[str]:
     """Contract step keys absent from every step record, as "key: not provided by <framework>" lines."""
     present = {k for r in step_records for k in r}
-    wanted = list(CONTRACT_STEP_KEYS)
-    if present & {"grad_norm/critic", "lr/critic", "time/train_critic"}:
-        wanted += CONTRACT_PPO_KEYS  # a PPO run: the critic keys are part of its contract
+    wanted = [key for key in STEP_KEYS if key != "prompts"]  # prompts is P, which the importer writes itself
+    if present & set(CRITIC_STEP_KEYS):
+        wanted += CRITIC_STEP_KEYS  # a PPO run: the critic keys are part of its contract
     return [f"{key}: not provided by {style}" for key in wanted if key not in present]

@@ -7,7 +7,7 @@ Logging windows: TRL logs every `logging_steps` optimizer steps. Its own metrics
 step_time) are means over the steps since the previous log; `grad_norm` and `learning_rate` come from the Trainer and
 are the values at the logged step. So each record stands for the window (previous logged step, step]: samples are
 still cumulative at its end (step x P x G) and wall_s sums step_time x window length (records.assign_wall_seconds).
-This is stated in run.json's import notes. The file has no timestamps: without `step_time`, wall_s is null
+This is stated in the run descriptor's import notes. The file has no timestamps: without `step_time`, wall_s is null
 (TRL's final `train_runtime` is noted for reference).
 """
 

@@ -5,24 +5,6 @@ feasible configuration maximizing q/rN (arXiv 2608.29296, "Decision rule and reg
 - `decide`: the pure arithmetic and the argmax (censoring, feasibility, ties);
 - `explain`: the regime (generation knee vs critical training batch) and the one-sentence explanation;
 - `load_table`: a CSV measured elsewhere; `load_sweep`: analysis.json plus throughput from the runs' logs;
-- `cli`: the `batchscale plan` command.
+- `make`: the plan from a sweep or a table, and its document; `cli`: the `batchscale plan` command.
 Reads tables, analysis.json and run logs only; never imports the training stack.
 """
-
-from batchscale.plan.decide import ConfigMeasurement, Plan, PlanRow, compute_plan
-from batchscale.plan.explain import Regime, classify_regime, explain_decision
-from batchscale.plan.load_sweep import load_sweep, measure_run_throughput
-from batchscale.plan.load_table import load_table
-
-__all__ = [
-    "ConfigMeasurement",
-    "Plan",
-    "PlanRow",
-    "Regime",
-    "classify_regime",
-    "compute_plan",
-    "explain_decision",
-    "load_sweep",
-    "load_table",
-    "measure_run_throughput",
-]

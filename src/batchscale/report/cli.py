@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from batchscale.errors import UserError
+from batchscale.errors import DataWarning, UserError
 
 
 def report(
@@ -28,8 +28,7 @@ def report(
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
 ) -> None:
     """One offline HTML page (and Markdown): the decision, its table, the curves, throughput and how it was measured."""
-    from batchscale.analysis.runs import AnalysisWarning
-    from batchscale.plan.load_sweep import ANALYSIS_CANDIDATES
+    from batchscale.rundir import ANALYSIS_FILE
     from batchscale.report.build import write_report
 
     if not sweep_dir.is_dir():
@@ -37,14 +36,14 @@ def report(
     for option, path in (("--generation-profile", generation_profile), ("--training-profile", training_profile)):
         if path is not None and not path.is_file():  # checked before analysis writes anything
             raise UserError(f"{option} {path}", "is not a file", "save the profile's --json output to it")
-    if not any((sweep_dir / name).is_file() for name in ANALYSIS_CANDIDATES):
+    if not (sweep_dir / ANALYSIS_FILE).is_file():
         from batchscale.analysis.analyze import analyze
 
         typer.echo(f"no analysis.json in {sweep_dir}: analysing the runs first", err=True)
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", AnalysisWarning)
+            warnings.simplefilter("always", DataWarning)
             analyze(sweep_dir)
-        for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, AnalysisWarning)):
+        for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
             typer.echo(f"warning: {message}", err=True)
     written = write_report(sweep_dir, generation_profile, training_profile)
     if json_out:

@@ -1,60 +1,67 @@
-"""Everything the report shows, gathered once: the plan (through `plan.cli.make_plan`, the same code path as `batchscale
-plan`, so the two never disagree), analysis.json, the optional generation and training profiles, and the machine the runs
-ran on (from their summary.json files).
+"""Everything the report shows, gathered once: the plan (through `plan.make.make_plan`, the same code path as
+`batchscale plan`, so the two never disagree), analysis.json and the analysis's details (curves, per-seed N*,
+alignment statistics) computed once for every figure and table, the optional generation and training profiles, and
+the machine the runs ran on (from their summaries).
 
-Reads JSON files only; imports neither torch nor matplotlib. Profiles are optional: when none is given, the usual names
-inside the sweep directory are tried (see `TRAINING_PROFILE_CANDIDATES`; the generation profile is found by `load_sweep`).
+Reads run directories and documents only (formats in batchscale.rundir); imports neither torch nor matplotlib.
+Profiles are optional: when none is given, the sweep directory's `profiles/generation.json` and
+`profiles/training.json` are used if present.
 """
 
 from __future__ import annotations
 
-import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batchscale.errors import UserError
-from batchscale.files import read_json_object
-from batchscale.plan.cli import make_plan, plan_to_json
-
-TRAINING_PROFILE_CANDIDATES = ("training_profile.json", "profiles/training.json", "profile/training.json")
-# summary.json keys that describe where a run ran (trainer.py writes most of them; `cpu` and `device` when present).
-MACHINE_KEYS = ("cpu", "machine", "device", "torch_threads", "torch_version", "batchscale_version", "model_params")
+from batchscale.errors import DataWarning, UserError
+from batchscale.rundir import (ANALYSIS_FILE, TRAINING_PROFILE_FILE, AnalysisDocument, GenerationProfile,
+                               TrainingProfile, find_run_dirs, read_document, read_run)
 
 
 @dataclass(frozen=True)
 class ReportInputs:
     sweep_dir: Path
-    plan: dict  # plan_to_json's document: reference, best, explanation, regime, rows, target, throughput_method, ...
-    analysis: dict  # analysis.json
+    plan: dict  # the plan document (rundir.PlanDocument), as `batchscale plan --json` prints it
+    analysis: dict  # analysis.json (rundir.AnalysisDocument)
     analysis_path: Path
-    generation_profile: dict | None
+    details: dict  # the analysis's details: curves, per-seed N*, alignment, gradient noise (analysis.compute_analysis)
+    generation_profile: GenerationProfile | None
     generation_profile_path: Path | None
-    training_profile: dict | None
+    training_profile: TrainingProfile | None
     training_profile_path: Path | None
-    machine: dict[str, list] = field(default_factory=dict)  # summary.json key -> distinct values over runs
+    machine: dict[str, list] = field(default_factory=dict)  # summary machine key -> distinct values over runs
     runs_total: int = 0
     runs_with_summary: int = 0
 
 
 def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_profile: Path | None) -> ReportInputs:
     """Plan the sweep and read what the report needs; raises UserError (before anything is written) on bad input."""
+    from batchscale.analysis.analyze import compute_analysis
+    from batchscale.plan.make import make_plan, plan_document
+
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
     decision, explanation, regime, source = make_plan(path=sweep_dir, generation_profile=generation_profile)
-    plan = plan_to_json(decision, explanation, regime, source)
-    analysis_path = Path(source["analysis"])
-    generation_path = Path(source["generation_profile"]) if source.get("generation_profile") else None
+    plan = plan_document(decision, explanation, regime, source)
+    analysis = read_document(sweep_dir / ANALYSIS_FILE, AnalysisDocument)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)  # analyze already reported them when it wrote analysis.json
+        _, details = compute_analysis(sweep_dir, analysis.target, analysis.reference, 1, 0)
+    generation_path = Path(plan.generation_profile) if plan.generation_profile else None
     training_path = find_training_profile(sweep_dir, training_profile)
-    machine, total, with_summary = read_machine(sweep_dir / "runs")
+    machine, total, with_summary = read_machine(sweep_dir)
     return ReportInputs(
         sweep_dir=sweep_dir,
-        plan=plan,
-        analysis=read_json_object(analysis_path),
-        analysis_path=analysis_path,
-        generation_profile=read_profile(generation_path, "--generation-profile") if generation_path else None,
+        plan=plan.to_json(),
+        analysis=analysis.to_json(),
+        analysis_path=sweep_dir / ANALYSIS_FILE,
+        details=details,
+        generation_profile=read_document(generation_path, GenerationProfile, "--generation-profile")
+        if generation_path else None,
         generation_profile_path=generation_path,
-        training_profile=read_profile(training_path, "--training-profile") if training_path else None,
+        training_profile=read_document(training_path, TrainingProfile, "--training-profile") if training_path else None,
         training_profile_path=training_path,
         machine=machine,
         runs_total=total,
@@ -67,32 +74,20 @@ def find_training_profile(sweep_dir: Path, given: Path | None) -> Path | None:
         if not Path(given).is_file():
             raise UserError(f"--training-profile {given}", "is not a file", "save `profile training --json` to it")
         return Path(given)
-    return next((sweep_dir / n for n in TRAINING_PROFILE_CANDIDATES if (sweep_dir / n).is_file()), None)
+    default = sweep_dir / TRAINING_PROFILE_FILE
+    return default if default.is_file() else None
 
 
-def read_profile(path: Path, option: str) -> dict:
-    """A profile JSON object with a non-empty `rows` list of objects."""
-    profile = read_json_object(path)
-    rows = profile.get("rows")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise UserError(f"{option} {path} rows", "must be a non-empty list of objects", "regenerate it with --json")
-    return profile
-
-
-def read_machine(runs_dir: Path) -> tuple[dict[str, list], int, int]:
-    """Distinct values of MACHINE_KEYS over the runs' summary.json files; (values, runs, runs with a summary)."""
+def read_machine(sweep_dir: Path) -> tuple[dict[str, list], int, int]:
+    """Distinct values of each summary `machine` fact over the runs; (values, runs, runs with a summary)."""
     values: dict[str, list] = {}
-    run_dirs = sorted(p.parent for p in runs_dir.glob("*/run.json")) if runs_dir.is_dir() else []
-    with_summary = 0
-    for run_dir in run_dirs:
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # unfinished or imported without one: counted, not fatal
-        if not isinstance(summary, dict):
-            continue
-        with_summary += 1
-        for key in MACHINE_KEYS:
-            if summary.get(key) is not None and summary[key] not in values.setdefault(key, []):
-                values[key].append(summary[key])
-    return {k: v for k, v in values.items() if v}, len(run_dirs), with_summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)  # the analysis reported these already
+        runs = [read_run(run_dir) for run_dir in find_run_dirs(sweep_dir)]
+    finished = [run for run in runs if run.summary is not None]
+    for run in finished:
+        for key, value in run.summary.machine.items():
+            value = ", ".join(map(str, value)) if isinstance(value, list) else value
+            if value is not None and value not in values.setdefault(key, []):
+                values[key].append(value)
+    return {k: v for k, v in values.items() if v}, len(runs), len(finished)

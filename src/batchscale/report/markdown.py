@@ -68,14 +68,7 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
 def learning_detail(inputs: ReportInputs) -> list[str]:
     """The analysis's own report.md body (its table, alignment statistic, target rule, warnings), headings demoted
     one level. This file replaces that report.md in the sweep directory, so it must carry all of it."""
-    import warnings
-
-    from batchscale.analysis.analyze import compute_analysis
     from batchscale.analysis.report import render_report
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # analyze already reported them when it wrote analysis.json
-        result, details = compute_analysis(inputs.sweep_dir, inputs.analysis.get("target"),
-                                           inputs.analysis.get("reference"), 1, 0)
-    text = render_report(result, details).split("\n## Figures")[0]  # the figures are above already
+    text = render_report(inputs.analysis, inputs.details, figures=False)  # the figures are above already
     return [f"#{line}" if line.startswith("#") else line for line in text.splitlines()]

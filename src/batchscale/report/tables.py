@@ -1,7 +1,7 @@
 """The report's text content, shared by report.html and report.md so the two always say the same thing:
 the decision table (formatted cells per label), the learning-side table, and the "how this was measured" notes.
 
-Numbers come from the plan document (`plan.cli.plan_to_json`) and analysis.json unchanged; only formatting happens here.
+Numbers come from the plan document (`rundir.PlanDocument`) and analysis.json unchanged; only formatting happens here.
 """
 
 from __future__ import annotations
@@ -99,22 +99,22 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
         notes.append("Generation profile: none given, so the critical generation batch and the regime may be unknown "
                      "(run `batchscale profile generation --json` and pass --generation-profile).")
     else:
-        details = ", ".join(f"{k} {gen[k]}" for k in ("model", "dtype", "backend", "device", "threads", "repeats")
-                            if gen.get(k) is not None)
-        notes.append(f"Generation profile ({inputs.generation_profile_path}): {len(gen['rows'])} concurrency levels; "
+        details = ", ".join(f"{k} {getattr(gen, k)}" for k in ("model", "dtype", "backend", "device", "threads",
+                                                                "repeats"))
+        notes.append(f"Generation profile ({inputs.generation_profile_path}): {len(gen.rows)} concurrency levels; "
                      f"{details}. Each level: a warm-up call, then the median of timed repeats (device synchronized).")
     train = inputs.training_profile
     if train is not None:
         keys = ("model", "dtype", "device", "threads", "micro_batch_size", "repeats")
-        details = ", ".join(f"{k} {train[k]}" for k in keys if train.get(k) is not None)
-        notes.append(f"Training profile ({inputs.training_profile_path}): {len(train['rows'])} batch sizes"
+        details = ", ".join(f"{k} {getattr(train, k)}" for k in keys if getattr(train, k) is not None)
+        notes.append(f"Training profile ({inputs.training_profile_path}): {len(train.rows)} batch sizes"
                      + (f"; {details}" if details else "") + ".")
     return notes
 
 
 def machine_note(inputs: ReportInputs) -> str:
     if not inputs.machine:
-        return (f"Machine: unknown (no summary.json among the {inputs.runs_total} runs; imported or unfinished runs "
+        return (f"Machine: unknown (none of the {inputs.runs_total} runs records one; imported and unfinished runs "
                 "carry none).")
     parts = ", ".join(f"{key} {' / '.join(map(str, values))}" for key, values in inputs.machine.items())
-    return f"Machine (from summary.json of {inputs.runs_with_summary} of {inputs.runs_total} runs): {parts}."
+    return f"Machine (from the summaries of {inputs.runs_with_summary} of {inputs.runs_total} runs): {parts}."

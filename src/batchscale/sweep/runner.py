@@ -9,14 +9,13 @@ Cores are split, not oversubscribed: with W workers on C cores each run uses max
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from batchscale.sweep.spec import Point
-from batchscale.telemetry.runlog import write_json_atomic
+from batchscale.rundir import is_finished_run, read_run, sweep_runs_dir, write_sweep_points
 
 
 def available_cores() -> int:
@@ -24,7 +23,7 @@ def available_cores() -> int:
 
 
 def staging_dir(sweep_dir: Path, name: str) -> Path:
-    return sweep_dir / "runs" / f".{name}.partial"
+    return sweep_runs_dir(sweep_dir) / f".{name}.partial"
 
 
 def run_point(config_data: dict, sweep_dir: str, name: str, threads: int, events=None) -> dict:
@@ -34,7 +33,7 @@ def run_point(config_data: dict, sweep_dir: str, name: str, threads: int, events
 
     config_data = {**config_data, "run": {**config_data["run"], "threads": threads}}
     cfg = validate_config(config_data)
-    staging, final = staging_dir(Path(sweep_dir), name), Path(sweep_dir) / "runs" / name
+    staging, final = staging_dir(Path(sweep_dir), name), sweep_runs_dir(sweep_dir) / name
     post = events.put if events is not None else (lambda event: None)
     post(("start", name, None))
 
@@ -56,20 +55,18 @@ class SweepState:
 
 def prepare_sweep_dir(points: list[Point], sweep_dir: Path) -> SweepState:
     """Decide what is left to run; clear the staging of interrupted runs. Records the sweep's points in sweep.json."""
-    runs = sweep_dir / "runs"
+    runs = sweep_runs_dir(sweep_dir)
     runs.mkdir(parents=True, exist_ok=True)
     finished, todo = [], []
     for point in points:
         final = runs / point.name
-        if (final / "summary.json").is_file():
+        if is_finished_run(final):
             finished.append(point)
             continue
         shutil.rmtree(staging_dir(sweep_dir, point.name), ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)  # a run directory without a summary did not finish
         todo.append(point)
-    write_json_atomic(sweep_dir / "sweep.json", {
-        "points": [{"name": p.name, "label": p.label, "seed": p.seed} for p in points],
-    })
+    write_sweep_points(sweep_dir, [{"name": p.name, "label": p.label, "seed": p.seed} for p in points])
     return SweepState(finished, todo)
 
 
@@ -92,4 +89,4 @@ def prebuild_models(points: list[Point], log=print) -> None:
 
 
 def read_summary(sweep_dir: Path, name: str) -> dict:
-    return json.loads((sweep_dir / "runs" / name / "summary.json").read_text())
+    return read_run(sweep_runs_dir(sweep_dir) / name).summary.model_dump(mode="json")

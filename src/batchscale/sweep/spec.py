@@ -101,11 +101,11 @@ def load_sweep(path: Path, overrides: list[str] = ()) -> list[Point]:
 
 
 def _validate_point(point_data: dict, combo: dict, seed: int) -> Config:
-    from batchscale.algorithms import get_algorithm
+    from batchscale.algorithms.specs import get_algorithm_spec
 
     name = point_data.get("algorithm", {}).get("name", "grpo")
     try:
-        return validate_config(point_data, get_algorithm(name).min_samples_per_prompt)
+        return validate_config(point_data, get_algorithm_spec(name).min_samples_per_prompt)
     except UserError as e:
         where = ", ".join(f"{k}={v}" for k, v in combo.items()) or "base"
         raise UserError(f"point ({where}, seed {seed}): {e.field}", e.rule, e.fix) from None

@@ -14,9 +14,6 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.hardware import get_hardware
-from batchscale.systems.models import get_model_shape
-from batchscale.systems.roofline import build_roofline, validate_roofline_inputs
 
 DEFAULT_BATCHES = "1,2,4,8,16,32,64,128,256"
 DEFAULT_CONTEXT = 2048
@@ -77,6 +74,10 @@ def roofline(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")] = False,
 ) -> None:
     """Roofline bounds for decode and training per batch, bound type, ridge point and KV-cache capacity."""
+    from batchscale.systems.hardware import get_hardware
+    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.roofline import build_roofline, validate_roofline_inputs
+
     shape = get_model_shape(model)
     if context is None:
         context = min(DEFAULT_CONTEXT, shape.max_positions)

@@ -13,8 +13,8 @@ serves as the answer if the nonlinear fit fails. Two documented knee rules:
   not measured, the gain to the next measured B' is converted to a per-doubling gain, (q(B') / q(B))^(1 / log2(B' / B)) - 1.
 R^2 = 1 - SS_res / SS_tot on the measured throughputs.
 
-Training: update time grows with processed tokens; we fit time_s = a + b * tokens by ordinary least squares
-(a: fixed per-update overhead in seconds, b: seconds per token, 1 / b the asymptotic tokens/s).
+Training: update time grows with processed tokens; we fit seconds = seconds_fixed + seconds_per_token * tokens by ordinary
+least squares (1 / seconds_per_token is the asymptotic tokens/s).
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ class SaturatingFit:
 
 @dataclass(frozen=True)
 class LinearCostFit:
-    a_s: float  # fixed seconds per update
-    b_s_per_token: float  # marginal seconds per processed token
+    seconds_fixed: float  # fixed seconds per update
+    seconds_per_token: float  # marginal seconds per processed token
     r2: float
 
     @property
     def tokens_per_s(self) -> float:
         """Asymptotic throughput of the linear law (1 / b); inf when b <= 0."""
-        return 1.0 / self.b_s_per_token if self.b_s_per_token > 0 else math.inf
+        return 1.0 / self.seconds_per_token if self.seconds_per_token > 0 else math.inf
 
     def to_dict(self) -> dict:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
@@ -139,9 +139,9 @@ def fit_saturating_throughput(concurrency, throughput, threshold: float = 0.10) 
 
 
 def fit_training_cost(tokens, time_s) -> LinearCostFit:
-    """Fit time_s = a + b * tokens by ordinary least squares."""
+    """Fit seconds = seconds_fixed + seconds_per_token * tokens by ordinary least squares."""
     x, y = _as_points(tokens, time_s, "tokens", "time_s")
     if len(np.unique(x)) < 2:
         raise UserError("tokens", "need at least 2 distinct token counts to fit a line", "profile more batch sizes")
     b, a = np.polyfit(x, y, 1)
-    return LinearCostFit(a_s=float(a), b_s_per_token=float(b), r2=compute_r2(y, a + b * x))
+    return LinearCostFit(seconds_fixed=float(a), seconds_per_token=float(b), r2=compute_r2(y, a + b * x))

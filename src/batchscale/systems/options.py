@@ -1,6 +1,8 @@
-"""Command-line values shared by the profilers."""
+"""Values the profilers take (levels, batches, micro-batch) and the policy they measure; torch-free at import."""
 
 from __future__ import annotations
+
+import math
 
 from batchscale.errors import UserError
 
@@ -14,6 +16,38 @@ def parse_positive_ints(text: str, option: str, example: str) -> list[int]:
     if not values or values[0] < 1:
         raise UserError(option, f"every value must be an integer >= 1, got {text!r}", f"pass e.g. --{option} {example}")
     return values
+
+
+def default_concurrencies(max_concurrency: int) -> list[int]:
+    """1, 2, 4, ... up to max_concurrency (which is included even when it is not a power of two)."""
+    if max_concurrency < 1:
+        raise UserError("max_concurrency", f"must be >= 1, got {max_concurrency}", "pass e.g. --max-concurrency 64")
+    levels = [2**i for i in range(int(math.log2(max_concurrency)) + 1)]
+    return levels if levels[-1] == max_concurrency else levels + [max_concurrency]
+
+
+def parse_concurrencies(text: str) -> list[int]:
+    return parse_positive_ints(text, "concurrency", "1,4,16")
+
+
+DEFAULT_BATCHES = "8,16,32,64,128"
+
+
+def parse_batches(text: str) -> list[int]:
+    """'16,32,64' -> [16, 32, 64] (sorted, unique); every batch must be an integer >= 1."""
+    return parse_positive_ints(text, "batches", "16,32,64")
+
+
+def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> None:
+    """None means one micro-batch per update; an explicit size must divide every batch (whole micro-batches)."""
+    if micro_batch_size is None:
+        return
+    if micro_batch_size < 1:
+        raise UserError("micro_batch_size", f"must be >= 1, got {micro_batch_size}", "pass e.g. --micro-batch-size 16")
+    bad = [b for b in batches if b % micro_batch_size]
+    if bad:
+        raise UserError("micro_batch_size", f"{micro_batch_size} does not divide batch {bad[0]} (updates take whole "
+                        "micro-batches)", "pick a divisor of every batch, or omit it for one micro-batch per update")
 
 
 def load_profiled_policy(model_cfg, device: str, log=print):

@@ -16,30 +16,14 @@ requested concurrency (the knob a user sets); `active_mean` shows how much of it
 
 from __future__ import annotations
 
-import json
 import math
 import resource
 import statistics
-import sys
 import time
-from typing import Annotated, Optional
-
-import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.options import load_profiled_policy, parse_positive_ints
-
-
-def default_concurrencies(max_concurrency: int) -> list[int]:
-    """1, 2, 4, ... up to max_concurrency (which is included even when it is not a power of two)."""
-    if max_concurrency < 1:
-        raise UserError("max_concurrency", f"must be >= 1, got {max_concurrency}", "pass e.g. --max-concurrency 64")
-    levels = [2**i for i in range(int(math.log2(max_concurrency)) + 1)]
-    return levels if levels[-1] == max_concurrency else levels + [max_concurrency]
-
-
-def parse_concurrencies(text: str) -> list[int]:
-    return parse_positive_ints(text, "concurrency", "1,4,16")
+from batchscale.rundir import GenerationProfile
+from batchscale.systems.options import load_profiled_policy
 
 
 def build_workload(task, responses: int, samples_per_prompt: int, seed: int) -> list[str]:
@@ -103,8 +87,8 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
                        backend: str = "engine", samples_per_prompt: int = 8, max_new_tokens: int = 8,
                        temperature: float = 1.0, top_p: float = 1.0, repeats: int = 3, waves: int = 4,
                        min_responses: int = 16, seed: int = 0, device: str = "auto", threshold: float = 0.10,
-                       log=print) -> dict:
-    """Measure every concurrency level and fit the knee. Returns {"rows": [...], "knee": {...} | None, ...}."""
+                       log=print) -> GenerationProfile:
+    """Measure every concurrency level and fit the knee (`rundir.GenerationProfile`)."""
     import torch
     from pydantic import ValidationError
 
@@ -141,66 +125,10 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         knee = {"metric": "tokens_per_s", **fit.to_dict()}
     decoder = getattr(engine, "decoder", None)  # the engine may compute in another dtype than the model's
     compute_dtype = str(decoder.dtype).removeprefix("torch.") if decoder is not None else dtype
-    return {
-        "model": model, "dtype": dtype, "compute_dtype": compute_dtype, "backend": backend, "device": str(device),
-        "threads": torch.get_num_threads(), "params": policy.num_params, "task": task.name, "samples_per_prompt": samples_per_prompt,
-        "sampling": {"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
-        "repeats": repeats, "rows": rows, "knee": knee,
-    }
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    knee = result["knee"]
-    caption = "knee: need 2+ levels" if knee is None else (
-        f"q(B) = {knee['q_max']:.4g} * B / (B + {knee['b_half']:.3g}) tok/s, R^2 {knee['r2']:.3f}; "
-        f"B_90 = {knee['b_90']:.3g}{' (extrapolated)' if knee['extrapolated'] else ''}; "
-        f"doubling knee ({knee['doubling_threshold']:.0%}): {knee['doubling_knee']}")
-    computes = "" if result["compute_dtype"] == result["dtype"] else f", computed in {result['compute_dtype']}"
-    table = Table(title=f"generation: {result['model']} ({result['dtype']}{computes}, {result['backend']}) on "
-                        f"{result['device']}, {result['threads']} threads", caption=caption)
-    for column in ["concurrency", "tok/s", "resp/s", "active mean", "resp len", "median s", "peak RSS MB"]:
-        table.add_column(column, justify="right")
-    for row in result["rows"]:
-        table.add_row(str(row["concurrency"]), f"{row['tokens_per_s']:.1f}", f"{row['responses_per_s']:.1f}",
-                      f"{row['active_mean']:.1f}", f"{row['response_length_mean']:.2f}", f"{row['time_s']:.3f}",
-                      f"{row['peak_rss_mb']:.0f}")
-    Console(width=140).print(table)
-
-
-def generation(
-    model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
-    max_concurrency: Annotated[int, typer.Option(help="profile 1, 2, 4, ... up to this")] = 64,
-    concurrency: Annotated[Optional[str], typer.Option(help="explicit comma list of levels (overrides "
-                                                            "--max-concurrency)")] = None,
-    backend: Annotated[str, typer.Option(help="engine or hf")] = "engine",
-    samples_per_prompt: Annotated[int, typer.Option(help="G: responses per prompt, as a rollout draws them")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="cap on response length")] = 8,
-    temperature: Annotated[float, typer.Option()] = 1.0,
-    top_p: Annotated[float, typer.Option()] = 1.0,
-    repeats: Annotated[int, typer.Option(help="timed repeats per level (median reported)")] = 3,
-    waves: Annotated[int, typer.Option(help="responses per level = waves * concurrency ...")] = 4,
-    min_responses: Annotated[int, typer.Option(help="... but at least this many")] = 16,
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    seed: Annotated[int, typer.Option()] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
-) -> None:
-    """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
-    levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
-    if threads is not None:
-        if threads < 1:
-            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
-        import torch
-
-        torch.set_num_threads(threads)
-    result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
-                                top_p, repeats, waves, min_responses, seed, device,
-                                log=lambda message: typer.echo(message, err=True))
-    if json_out:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        print_table(result)
+    return GenerationProfile(
+        model=model, dtype=dtype, compute_dtype=compute_dtype, backend=backend, device=str(device),
+        threads=torch.get_num_threads(), params=policy.num_params, task=task.name,
+        samples_per_prompt=samples_per_prompt,
+        sampling={"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
+        repeats=repeats, rows=rows, knee=knee,
+    )

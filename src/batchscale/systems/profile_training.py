@@ -25,36 +25,14 @@ the model's matmuls run faster than the benchmark shape, or when the peak sample
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import time
-from typing import Annotated, Optional
-
-import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.options import load_profiled_policy, parse_positive_ints
+from batchscale.rundir import TrainingProfile
+from batchscale.systems.options import load_profiled_policy, validate_micro_batch
 
-DEFAULT_BATCHES = "8,16,32,64,128"
 PEAK_DTYPES = ("float32", "bfloat16")
-
-
-def parse_batches(text: str) -> list[int]:
-    """'16,32,64' -> [16, 32, 64] (sorted, unique); every batch must be an integer >= 1."""
-    return parse_positive_ints(text, "batches", "16,32,64")
-
-
-def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> None:
-    """None means one micro-batch per update; an explicit size must divide every batch (whole micro-batches)."""
-    if micro_batch_size is None:
-        return
-    if micro_batch_size < 1:
-        raise UserError("micro_batch_size", f"must be >= 1, got {micro_batch_size}", "pass e.g. --micro-batch-size 16")
-    bad = [b for b in batches if b % micro_batch_size]
-    if bad:
-        raise UserError("micro_batch_size", f"{micro_batch_size} does not divide batch {bad[0]} (updates take whole "
-                        "micro-batches)", "pick a divisor of every batch, or omit it for one micro-batch per update")
 
 
 def build_batch(policy, task, batch: int, seed: int, device):
@@ -143,7 +121,7 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
 
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
-                     log=print) -> dict:
+                     log=print) -> TrainingProfile:
     """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
     import torch
     from pydantic import ValidationError
@@ -192,74 +170,24 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         seconds = statistics.median(times)
         tokens = int(batch.attention_mask.sum())
         flops_per_s = 6 * params * tokens / seconds
-        row = {"batch": b, "tokens": tokens, "padded_tokens": padded_tokens(batch, micro), "seconds": seconds,
-               "seconds_repeats": times, "tokens_per_s": tokens / seconds, "samples_per_s": b / seconds,
-               "flops_per_s": flops_per_s, "utilization": flops_per_s / peak}
+        row = {"samples_per_update": b, "tokens": tokens, "padded_tokens": padded_tokens(batch, micro),
+               "seconds": seconds, "seconds_repeats": times, "tokens_per_s": tokens / seconds,
+               "samples_per_s": b / seconds, "flops_per_s": flops_per_s, "utilization": flops_per_s / peak}
         log(f"batch {b:>5}: {seconds:8.4f} s  {row['tokens_per_s']:9.0f} tok/s  {row['samples_per_s']:8.1f} "
             f"samples/s  utilization {row['utilization']:.1%}  ({tokens} tokens, median of {repeats})")
         rows.append(row)
     fit = None
     if len({r["tokens"] for r in rows}) >= 2:
         law = fit_training_cost([r["tokens"] for r in rows], [r["seconds"] for r in rows])
-        # b <= 0 (noise swamped the slope) has no asymptote; None keeps the JSON strict (no Infinity)
-        asymptotic = 6 * params * law.tokens_per_s if law.b_s_per_token > 0 else None
-        fit = {"a": law.a_s, "b": law.b_s_per_token, **law.to_dict(), "flops_per_s_asymptotic": asymptotic,
+        # a slope <= 0 (noise swamped it) has no asymptote: None keeps the JSON strict (no Infinity)
+        asymptotic = 6 * params * law.tokens_per_s if law.seconds_per_token > 0 else None
+        fit = {"seconds_fixed": law.seconds_fixed, "seconds_per_token": law.seconds_per_token, "r2": law.r2,
+               "tokens_per_s": law.tokens_per_s if asymptotic is not None else None,
+               "flops_per_s_asymptotic": asymptotic,
                "utilization_asymptotic": None if asymptotic is None else asymptotic / peak}
-        if asymptotic is None:
-            fit["tokens_per_s"] = None
-    return {
-        "model": model, "params": params, "dtype": dtype, "device": str(device), "threads": torch.get_num_threads(),
-        "micro_batch_size": micro_batch_size, "repeats": repeats, "task": task.name,
-        "peak_flops_per_s": peak, "peaks": peaks, "peak_matmul_shape": list(shape),
-        "rows": rows, "fit": fit,
-    }
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    fit = result["fit"]
-    caption = "fit: need 2+ distinct token counts" if fit is None else (
-        f"time = {fit['a']:.3g} s + {fit['b']:.3g} s/token * tokens (R^2 {fit['r2']:.3f}); " + (
-            "slope <= 0: timings too noisy, add --repeats" if fit["tokens_per_s"] is None else
-            f"asymptotic {fit['tokens_per_s']:.4g} tok/s = {fit['utilization_asymptotic']:.1%} of peak"))
-    title = (f"training: {result['model']} ({result['params'] / 1e6:.2f}M params, {result['dtype']}) on "
-             f"{result['device']}, {result['threads']} threads; matmul peak {result['peak_flops_per_s'] / 1e9:.1f} "
-             f"GFLOP/s")
-    table = Table(title=title, caption=caption)
-    for column in ["batch", "tokens", "median s", "tok/s", "samples/s", "GFLOP/s", "utilization"]:
-        table.add_column(column, justify="right")
-    for row in result["rows"]:
-        table.add_row(str(row["batch"]), str(row["tokens"]), f"{row['seconds']:.4f}", f"{row['tokens_per_s']:.0f}",
-                      f"{row['samples_per_s']:.1f}", f"{row['flops_per_s'] / 1e9:.2f}", f"{row['utilization']:.1%}")
-    Console(width=140).print(table)
-
-
-def training(
-    model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
-    batches: Annotated[str, typer.Option(help="comma list of batch sizes (sequences per update)")] = DEFAULT_BATCHES,
-    micro_batch_size: Annotated[Optional[int], typer.Option(help="sequences per forward/backward; must divide "
-                                                                 "every batch (default: the whole batch)")] = None,
-    repeats: Annotated[int, typer.Option(help="timed updates per batch (median reported)")] = 3,
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    seed: Annotated[int, typer.Option()] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
-) -> None:
-    """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
-    levels = parse_batches(batches)
-    validate_micro_batch(levels, micro_batch_size)
-    if threads is not None:
-        if threads < 1:
-            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
-        import torch
-
-        torch.set_num_threads(threads)
-    result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
-                              log=lambda message: typer.echo(message, err=True))
-    if json_out:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        print_table(result)
+    return TrainingProfile(
+        model=model, params=params, dtype=dtype, device=str(device), threads=torch.get_num_threads(),
+        micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
+        peak_flops_per_s=peak, peaks=peaks, peak_matmul_shape=list(shape),
+        rows=rows, fit=fit,
+    )

@@ -1,19 +1,11 @@
-"""Verifiable-reward tasks: the built-in arithmetic task and the user's own {prompt, answer} data."""
+"""Verifiable-reward tasks: the built-in arithmetic task and the user's own {prompt, answer} data.
 
-from __future__ import annotations
+    base        Example, Task: what a task gives the loop (train sampling, the held-out eval set, scoring)
+    arithmetic  the built-in task; data: JSONL/Parquet rows; rewards: built-in reward functions and user ones
+    build       build_task(TaskConfig)
+"""
 
 from batchscale.tasks.base import Example, Task
-
-
-def build_task(cfg) -> Task:
-    """Build the task named by a `TaskConfig`."""
-    if cfg.name == "arithmetic":
-        from batchscale.tasks.arithmetic import ArithmeticTask
-
-        return ArithmeticTask(cfg.digits, cfg.operations, cfg.template, cfg.split_seed, cfg.eval_size, cfg.reward)
-    from batchscale.tasks.data import DataTask
-
-    return DataTask(cfg.path, cfg.eval_path, cfg.eval_size, cfg.reward)
-
+from batchscale.tasks.build import build_task
 
 __all__ = ["Example", "Task", "build_task"]

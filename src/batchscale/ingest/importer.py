@@ -1,0 +1,191 @@
+"""`import_log`: one framework log in, one batchscale run directory out (written through `rundir.write_run`).
+
+Pipeline: check --out -> parse the log into rows -> resolve P and G (flags, else the framework's config, else error)
+and the updates each step makes -> build records (records.py; keys mapped by the table in common.py) -> write the run
+directory atomically. Every problem with the input is a UserError raised before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.ingest.common import ParsedLog
+from batchscale.ingest.frameworkconfig import find_config_file, read_config_file, read_run_fields
+from batchscale.ingest.records import build_records
+from batchscale.ingest.tensorboard import read_tensorboard
+from batchscale.ingest.trl import read_trl_state
+from batchscale.ingest.verl import read_verl_jsonl
+from batchscale.ingest.wandb_csv import read_wandb_csv
+from batchscale.rundir import RunDescriptor, check_out_dir, summarize_run, write_run
+
+READERS = {"verl": read_verl_jsonl, "tensorboard": read_tensorboard, "trl": read_trl_state, "wandb-csv": read_wandb_csv}
+BATCH_HINTS = {
+    "verl": "data.train_batch_size and actor_rollout_ref.rollout.n",
+    "openrlhf": "--rollout_batch_size and --n_samples_per_prompt",
+    "trl": "P = per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations,"
+           " G = num_generations",
+}
+ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
+
+
+def parse_log(fmt: str, path: Path) -> ParsedLog:
+    """Dispatch to the format's reader; unknown formats and missing paths are UserErrors."""
+    if fmt not in READERS:
+        raise UserError("FORMAT", f"unknown format '{fmt}'", f"use one of: {', '.join(READERS)}")
+    if not path.exists():
+        raise UserError("PATH", f"{path} does not exist", "pass the log file or directory to import")
+    if path.is_file() and path.stat().st_size == 0:
+        raise UserError(str(path), "the file is empty", "pass a log that holds at least one step")
+    return READERS[fmt](path)
+
+
+def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
+    """Attach the framework config (given, or a verl Hydra config.yaml found next to the log) to `parsed`."""
+    if config_path is not None:
+        if not config_path.is_file():
+            raise UserError("--config", f"{config_path} is not a file", "pass the framework's config file")
+        parsed.config, parsed.config_path = read_config_file(config_path), str(config_path)
+        return
+    found = find_config_file(path) if parsed.style == "verl" else None
+    if found is not None:  # a config we went looking for must not fail the import: note it and go on without it
+        try:
+            parsed.config, parsed.config_path = read_config_file(found), str(found)
+        except UserError as e:
+            parsed.notes.append(f"ignored {found}: {e.rule}")
+
+
+def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_prompt: int | None) -> dict:
+    """Run descriptor fields from flags and config, flags first: P, G (required), lr, algorithm, model, task, seed."""
+    fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
+    origin = {}
+    for name, flag_value in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", samples_per_prompt)):
+        if flag_value is not None:
+            if name in fields and fields[name] != flag_value:
+                parsed.notes.append(f"--{name.replace('_', '-')} {flag_value} overrides the config's {fields[name]}")
+            fields[name], origin[name] = flag_value, "flag"
+        elif name in fields:
+            origin[name] = "config"
+    missing = [name for name in ("prompts_per_step", "samples_per_prompt") if name not in fields]
+    if missing:
+        where = f"the config {parsed.config_path} lacks it" if parsed.config_path else "no framework config was found"
+        raise UserError(
+            ", ".join(missing),
+            f"P and G are needed for cumulative samples (step x P x G); {parsed.style} logs do not record them"
+            f" and {where}",
+            f"pass --prompts-per-step P --samples-per-prompt G ({parsed.style}: {BATCH_HINTS[parsed.style]})",
+        )
+    for name in ("prompts_per_step", "samples_per_prompt"):
+        if fields[name] < 1:
+            raise UserError(name, f"must be a positive integer, got {fields[name]}", "fix the flag or the config")
+    fields["batch_from"] = origin
+    resolve_updates(parsed, fields)
+    return fields
+
+
+def resolve_updates(parsed: ParsedLog, fields: dict) -> None:
+    """samples_per_update and updates_per_step from the config's mini-batch and epoch settings (verl); without them,
+    the single pass: one update of all P * G samples, said in a note."""
+    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
+    mini_batch_prompts, epochs = fields.pop("mini_batch_prompts", None), fields.pop("epochs", None)
+    if mini_batch_prompts is None and epochs is None:
+        parsed.notes.append("updates per step unknown (no mini-batch or epoch setting in a config): one update of "
+                            "P x G samples assumed")
+        return
+    mini_batch_prompts = mini_batch_prompts or prompts
+    if not 1 <= mini_batch_prompts <= prompts or prompts % mini_batch_prompts:
+        raise UserError("ppo_mini_batch_size", f"{mini_batch_prompts} prompts must divide the {prompts} prompts of a "
+                        "step", "check the framework config given or found beside the log")
+    fields["samples_per_update"] = mini_batch_prompts * group
+    fields["updates_per_step"] = (epochs or 1) * (prompts // mini_batch_prompts)
+
+
+def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompts_per_step: int | None = None,
+               samples_per_prompt: int | None = None, seed: int | None = None, overwrite: bool = False,
+               config_path: Path | None = None, lr_rule: str | None = None) -> dict:
+    """Import one run; returns {run_dir, run (the descriptor), summary}. Raises UserError, writing nothing, on bad input."""
+    path, out = Path(path), Path(out)
+    check_lr_rule(lr_rule)
+    check_out_dir(out, overwrite)
+    parsed = parse_log(fmt, path)
+    load_config(parsed, path, config_path)
+    fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
+    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
+    records, report = build_records(parsed, str(path), prompts * group, prompts)
+    descriptor_fields = describe_run(parsed, fields, records, label, seed)
+    descriptor_fields["lr_rule"] = lr_rule or "unknown"
+    descriptor_fields["import"] = {
+        "path": str(path.absolute()),
+        "format": fmt,
+        "key_style": parsed.style,
+        "config_path": parsed.config_path,
+        "batch_from": fields["batch_from"],
+        "wall_s_from": report["wall_s_from"],
+        "eval_primary": report["eval_primary"],
+        "not_provided": report["not_provided"],
+        "unknown_keys": report["unknown_keys"],
+        "problems": parsed.problems,
+        "notes": parsed.notes,
+    }
+    try:
+        descriptor = RunDescriptor.model_validate(descriptor_fields)
+    except ValueError as e:  # pydantic's ValidationError: facts from the log and config that contradict each other
+        raise UserError(str(path), f"the run's facts do not add up ({e.errors()[0]['msg']})",
+                        "check P, G and the framework config") from None
+    summary = summarize_run(descriptor, records, finished=None)  # a log does not say whether the run ran to its end
+    run_dir = write_run(out, descriptor, records, summary, overwrite)
+    return {"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")}
+
+
+LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
+
+
+def check_lr_rule(lr_rule: str | None) -> None:
+    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5)."""
+    if lr_rule is not None and not LR_RULE.match(lr_rule):
+        raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
+
+
+def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: str | None, seed: int | None) -> dict:
+    """The flat run descriptor (without the import block); defaults are explained in the notes."""
+    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
+    if parsed.style == "trl":
+        parsed.notes.append(parsed.window_note or (
+            "TRL logs every logging_steps optimizer steps (unknown here): its metrics are means over each window,"
+            " and samples are cumulative at the window end"))
+    lr = fields.get("lr")
+    if lr is not None and not lr > 0:
+        parsed.notes.append(f"the config's lr {lr} is not positive (a rounded value?); lr left unknown")
+        lr = None
+    if lr is None:
+        logged = [r["lr/actor"] for r in records if "lr/actor" in r]
+        lr = max(logged) if logged and max(logged) > 0 else None
+        if logged:
+            parsed.notes.append("lr is the peak logged lr/actor (no config gave the optimizer's lr)")
+    algorithm = fields.get("algorithm")
+    if algorithm is None:
+        has_critic = any("grad_norm/critic" in r or "lr/critic" in r for r in records)
+        algorithm = "ppo" if has_critic else ("grpo" if parsed.style == "trl" else "unknown")
+        parsed.notes.append(f"algorithm '{algorithm}' inferred from the logged keys (no config named it)")
+    if seed is None:
+        seed = fields.get("seed", 0)
+        if "seed" not in fields:
+            parsed.notes.append("seed not recorded by the log; defaulted to 0 (pass --seed)")
+    source = parsed.style
+    return {
+        "label": label or f"{source}-p{prompts}-g{group}",
+        "seed": int(seed),
+        "algorithm": ALGORITHM_NAMES.get(str(algorithm), str(algorithm)),
+        "prompts_per_step": prompts,
+        "samples_per_prompt": group,
+        "samples_per_step": prompts * group,
+        "samples_per_update": fields.get("samples_per_update", prompts * group),
+        "updates_per_step": fields.get("updates_per_step", 1),
+        "first_step": min((r["step"] for r in records if r["kind"] == "step"), default=1),
+        "lr": lr,
+        "lr_rule": "unknown",
+        "model": fields.get("model"),
+        "task": fields.get("task"),
+        "source": source,
+    }

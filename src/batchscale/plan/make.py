@@ -1,0 +1,101 @@
+"""The plan as a library: from a sweep directory or a table to the decision, its explanation, the regime and the plan
+document (`rundir.PlanDocument`). `batchscale plan`, the report and the demo all call `make_plan`, so they cannot
+disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.plan.decide import Plan, PlanRow, compute_plan
+from batchscale.plan.explain import Regime, classify_regime, explain_decision
+from batchscale.plan.load_sweep import THROUGHPUT_METHOD, load_sweep
+from batchscale.plan.load_table import load_table
+from batchscale.plan.memory import MemoryLimit, apply_memory_limit
+from batchscale.rundir import PlanDocument
+
+
+def make_plan(
+    path: Path | None = None,
+    table: Path | None = None,
+    reference: str | None = None,
+    generation_profile: Path | None = None,
+    critical_generation_batch: float | None = None,
+    critical_training_batch: float | None = None,
+    memory: MemoryLimit | None = None,
+) -> tuple[Plan, str, Regime, dict]:
+    """The decision, its explanation, the regime and where the numbers came from (for `plan_document`); the `plan`
+    command and the report both call this, so they cannot disagree."""
+    if (path is None) == (table is None):
+        raise UserError("plan input", "needs exactly one of a sweep directory or --table", "give one of them")
+    if table is not None:
+        measurements = load_table(table)
+        reference = reference if reference is not None else measurements[0].label
+        source = {"source": "table", "table": str(table), "throughput_method": "as given in the table"}
+        gen_knee, b_simple = None, None
+    else:
+        sweep = load_sweep(path, reference, generation_profile)
+        measurements, reference = sweep.measurements, sweep.reference
+        source = {
+            "source": "sweep", "sweep": str(path), "analysis": str(sweep.analysis_path), "target": sweep.target,
+            "throughput_method": THROUGHPUT_METHOD, "generation_profile": str(sweep.profile_path or "") or None,
+        }
+        gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
+    for name, value in (("--critical-generation-batch", critical_generation_batch),
+                        ("--critical-training-batch", critical_training_batch)):  # fmt: skip
+        if value is not None and not value > 0:
+            raise UserError(name, f"must be a positive number of samples, got {value}", "pass a positive number")
+    if memory is not None:
+        measurements = apply_memory_limit(measurements, memory)
+        source["memory"] = {"model": memory.model, "hardware": memory.hardware, "context": memory.context,
+                            "kv_max_batch": memory.kv_max_batch}
+    decision = compute_plan(measurements, reference)
+    regime = classify_regime(
+        critical_generation_batch if critical_generation_batch is not None else gen_knee,
+        critical_training_batch if critical_training_batch is not None else b_simple,
+    )
+    return decision, explain_decision(decision), regime, source
+
+
+def plan_document(decision: Plan, explanation: str, regime: Regime, source: dict) -> PlanDocument:
+    """The machine-readable plan; times in seconds, throughput in samples/s."""
+    return PlanDocument.model_validate({
+        "reference": decision.reference,
+        "best": decision.best,
+        "explanation": explanation,
+        "regime": {
+            "name": regime.name,
+            "sentence": regime.sentence,
+            "critical_generation_batch": regime.critical_generation_batch_samples,
+            "critical_training_batch": regime.critical_training_batch_samples,
+        },
+        **source,
+        "rows": [_row_to_json(r) for r in decision.rows],
+    })
+
+
+def plan_sweep(path: Path, generation_profile: Path | None = None) -> PlanDocument:
+    """The plan document of a sweep directory (its analysis.json and runs), as `batchscale plan DIR --json` prints."""
+    return plan_document(*make_plan(path=path, generation_profile=generation_profile))
+
+
+def _row_to_json(r: PlanRow) -> dict:
+    m = r.measurement
+    return {
+        "label": m.label,
+        "prompts_per_step": m.prompts_per_step,
+        "samples_per_prompt": m.samples_per_prompt,
+        "samples_per_step": m.samples_per_step,
+        "samples_to_target": m.samples_to_target,
+        "throughput_samples_per_s": m.throughput_samples_per_s,
+        "r_n": r.r_n,
+        "throughput_gain": r.throughput_gain,
+        "time_to_target": r.time_to_target_s,
+        "normalized_time_to_target": r.normalized_time_to_target,
+        "score": r.score,
+        "feasible": m.feasible,
+        "censoring": m.censoring,
+        "eligible": r.eligible,
+        **m.extra,
+    }

@@ -1,0 +1,26 @@
+"""Every file batchscale reads or writes, in one place: the run directory (`run`) and the documents beside it
+(`documents`). Torch-free: analysis, plan, ingest, report and export read runs without the training stack.
+
+    <run>/metrics.jsonl, run.json, config.json, summary.json   run.py: RunDescriptor, RunSummary, RunLog, write_run,
+                                                               read_run (the one reader and its one policy)
+    <sweep>/sweep.json, <sweep>/runs/<label>__s<seed>/          run.py: the sweep layout
+    analysis.json, plan.json, profiles/generation.json,        documents.py: AnalysisDocument, PlanDocument,
+    profiles/training.json                                     GenerationProfile, TrainingProfile
+
+A new format, or a new key in one, is added here and nowhere else.
+"""
+
+from batchscale.rundir.documents import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE,
+                                         AnalysisDocument, GenerationProfile, PlanDocument, TrainingProfile,
+                                         read_document, write_document)
+from batchscale.rundir.run import (RUNS_DIR, SCHEMA_VERSION, Run, RunDescriptor, RunLog, RunSummary, check_out_dir,
+                                   find_run_dirs, is_finished_run, is_run_dir, primary_eval_score, read_run, run_dir_name,
+                                   summarize_run, sweep_runs_dir, write_run, write_sweep_points)
+
+__all__ = [
+    "ANALYSIS_FILE", "GENERATION_PROFILE_FILE", "PLAN_FILE", "RUNS_DIR", "SCHEMA_VERSION", "TRAINING_PROFILE_FILE",
+    "AnalysisDocument", "GenerationProfile", "PlanDocument", "Run", "RunDescriptor", "RunLog", "RunSummary",
+    "TrainingProfile", "check_out_dir", "find_run_dirs", "is_finished_run", "is_run_dir", "primary_eval_score", "read_document",
+    "read_run", "run_dir_name", "summarize_run", "sweep_runs_dir", "write_document", "write_run",
+    "write_sweep_points",
+]

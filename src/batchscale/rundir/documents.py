@@ -1,0 +1,269 @@
+"""The documents batchscale writes beside run directories, each a typed schema with a `schema_version`:
+
+    analysis.json                `AnalysisDocument`   batchscale analyze: the learning side (N*, rN, alignment, B_simple)
+    plan.json / plan --json      `PlanDocument`       batchscale plan: the decision table, the winner, the regime
+    profiles/generation.json     `GenerationProfile`  batchscale profile generation --json: tokens/s vs concurrency, knee
+    profiles/training.json       `TrainingProfile`    batchscale profile training --json: seconds per update vs batch
+
+Every producer builds the model and writes it with `write_document` (strict JSON, atomic); every consumer reads it with
+`read_document`, which names the file and the key when something is off. Keys are declared here, once: no consumer
+guesses among alternatives. `extra="forbid"` makes a producer's misspelt key an error at the producer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from batchscale.errors import UserError
+from batchscale.files import read_json_object, write_json_atomic
+from batchscale.rundir.run import validation_error
+
+ANALYSIS_FILE = "analysis.json"
+PLAN_FILE = "plan.json"
+GENERATION_PROFILE_FILE = "profiles/generation.json"
+TRAINING_PROFILE_FILE = "profiles/training.json"
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    current_version: ClassVar[int] = 1
+    regenerate: ClassVar[str] = "regenerate it"  # the fix a reading error suggests
+
+    schema_version: int = 1
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# --- analysis.json --------------------------------------------------------------------------------------------------
+
+class SamplesToTarget(Strict):
+    """N* over a label's seeds: mean and interval over the seeds that reached the target; counts of both kinds."""
+
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    reached: int
+    censored: int
+
+
+class LabelAnalysis(Strict):
+    prompts_per_step: int | None
+    samples_per_prompt: int | None
+    samples_per_step: int
+    samples_per_update: int
+    updates_per_step: int
+    lr: float | None
+    lr_rule: str | None
+    seeds: list[int]
+    samples_to_target: SamplesToTarget
+    r_n: float | None
+    updates_to_target: float | None
+    update_ratio: float | None
+    grad_norm_actor: float | None
+    aligned: bool | None
+
+
+class AnalysisDocument(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale analyze` on the sweep"
+
+    reference: str
+    target: float
+    target_rule: str
+    configs: dict[str, LabelAnalysis] = Field(min_length=1)
+    grad_norm_slope: float | None
+    b_simple: float | None  # the critical training batch, samples per step
+
+
+# --- plan.json ------------------------------------------------------------------------------------------------------
+
+class RegimeDocument(Strict):
+    name: str
+    sentence: str
+    critical_generation_batch: float | None
+    critical_training_batch: float | None
+
+
+class PlanRowDocument(Strict):
+    label: str
+    prompts_per_step: int | None
+    samples_per_prompt: int | None
+    samples_per_step: int | None
+    samples_to_target: float | None
+    throughput_samples_per_s: float
+    r_n: float | None
+    throughput_gain: float
+    time_to_target: float | None  # seconds
+    normalized_time_to_target: float | None
+    score: float | None
+    feasible: bool
+    censoring: str
+    eligible: bool
+    infeasible_because: str | None = None
+    throughput_seeds: int | None = None  # from a sweep's logs: how q was measured
+    throughput_min_samples_per_s: float | None = None
+    throughput_max_samples_per_s: float | None = None
+    step_s: float | None = None
+    generate_s: float | None = None
+    train_s: float | None = None
+
+
+class PlanDocument(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale plan --json`"
+
+    reference: str
+    best: str | None
+    explanation: str
+    regime: RegimeDocument
+    source: Literal["sweep", "table"]
+    sweep: str | None = None
+    analysis: str | None = None
+    table: str | None = None
+    target: float | None = None
+    throughput_method: str
+    generation_profile: str | None = None
+    memory: dict | None = None
+    rows: list[PlanRowDocument]
+
+
+# --- profiles -------------------------------------------------------------------------------------------------------
+
+class SaturatingKnee(Strict):
+    """q(B) = q_max * B / (B + B_half) fitted to the levels; B_90 = 9 * B_half (systems/knee.py)."""
+
+    metric: str
+    q_max: float
+    b_half: float
+    b_90: float
+    doubling_knee: float | None
+    doubling_threshold: float
+    r2: float
+    extrapolated: bool
+    method: str
+
+
+class GenerationRow(Strict):
+    concurrency: int
+    responses: int
+    tokens: int
+    time_s: float
+    time_s_repeats: list[float]
+    tokens_per_s: float
+    responses_per_s: float
+    active_mean: float | None
+    decode_steps: int | None
+    response_length_mean: float
+    response_length_max: int
+    peak_rss_mb: float
+    kv_cache_mb: float | None = None
+    cuda_max_allocated_mb: float | None = None
+
+
+class GenerationProfile(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale profile generation --json`"
+
+    model: str
+    dtype: str
+    compute_dtype: str
+    backend: str
+    device: str
+    threads: int
+    params: int
+    task: str
+    samples_per_prompt: int
+    sampling: dict[str, int | float]  # temperature, top_p, max_new_tokens
+    repeats: int
+    rows: list[GenerationRow] = Field(min_length=1)
+    knee: SaturatingKnee | None
+
+    @property
+    def critical_generation_batch(self) -> float | None:
+        """The knee in samples in flight: B_90 of the fit, else the doubling knee."""
+        if self.knee is None:
+            return None
+        return self.knee.b_90 if self.knee.b_90 > 0 else self.knee.doubling_knee
+
+
+class TrainingCostFit(Strict):
+    """seconds per update = seconds_fixed + seconds_per_token * tokens (systems/knee.py); asymptotic rates are None
+    when noise made the slope non-positive."""
+
+    seconds_fixed: float
+    seconds_per_token: float
+    r2: float
+    tokens_per_s: float | None
+    flops_per_s_asymptotic: float | None
+    utilization_asymptotic: float | None
+
+
+class MatmulPeak(Strict):
+    best: float  # FLOP/s, the best sample (interference only ever slows a sample)
+    median: float
+    samples: list[float]
+
+
+class TrainingRow(Strict):
+    samples_per_update: int
+    tokens: int
+    padded_tokens: int
+    seconds: float
+    seconds_repeats: list[float]
+    tokens_per_s: float
+    samples_per_s: float
+    flops_per_s: float
+    utilization: float
+
+
+class TrainingProfile(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale profile training --json`"
+
+    model: str
+    params: int
+    dtype: str
+    device: str
+    threads: int
+    micro_batch_size: int | None
+    repeats: int
+    task: str
+    peak_flops_per_s: float
+    peaks: dict[str, MatmulPeak]  # dtype -> measured matmul rate
+    peak_matmul_shape: list[int]
+    rows: list[TrainingRow] = Field(min_length=1)
+    fit: TrainingCostFit | None
+
+
+# --- reading and writing --------------------------------------------------------------------------------------------
+
+D = TypeVar("D", bound=Document)
+
+
+def write_document(path: Path, document: Document) -> Path:
+    """Write `document` atomically as strict JSON (NaN and infinity refused)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, document.to_json())
+    return path
+
+
+def read_document(path: Path, kind: type[D], option: str | None = None) -> D:
+    """Read and validate one document; a UserError names the file (and the option it came from) and the key."""
+    path = Path(path)
+    where = f"{option} {path}" if option else str(path)
+    if not path.is_file():
+        raise UserError(where, "is not a file", kind.regenerate)
+    data = read_json_object(path)
+    version = data.get("schema_version", 1)
+    if isinstance(version, int) and version > kind.current_version:
+        raise UserError(where, f"schema_version {version} is newer than this batchscale reads "
+                        f"({kind.current_version})", "upgrade batchscale")
+    try:
+        return kind.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(Path(where), e, kind.regenerate) from None
