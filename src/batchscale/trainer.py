@@ -38,6 +38,7 @@ from batchscale.tasks import build_task
 from batchscale.telemetry.runlog import RunLog, prepare_run_dir
 from batchscale.telemetry.timers import PhaseTimer
 from batchscale.optimization import build_optimizer
+from batchscale.precision import resolve_compute_dtype
 from batchscale.update import update_policy
 
 
@@ -77,7 +78,7 @@ def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingPar
 
 @dataclass
 class Run:
-    """What every step touches, built once by `train`."""
+    """What every step touches, built once by `build_run`."""
 
     cfg: Config
     plan: BatchPlan
@@ -91,31 +92,43 @@ class Run:
     sampling: SamplingParams
     rng: np.random.Generator
     timer: PhaseTimer
+    compute_dtype: torch.dtype = torch.float32  # training arithmetic (precision.resolve_compute_dtype)
+
+
+def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
+    """The task (its data read and checked first), policy, engine, optimizer, critic and reference model of a run."""
+    plan = derive_plan(cfg)
+    algorithm = get_algorithm(cfg.algorithm.name)
+    task = build_task(cfg.task)
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    policy = load_policy(cfg.model, cfg.task, log)
+    device = policy.model.device
+    compute_dtype = resolve_compute_dtype(cfg.optim.compute_dtype, policy.model.dtype, device.type)
+    run = Run(
+        cfg, plan, algorithm, policy, build_engine(cfg.rollout, policy), task,
+        optimizer=build_optimizer(policy.model.parameters(), cfg.optim, plan.lr),
+        critic=build_critic(policy.model, cfg, plan, compute_dtype) if algorithm.needs_critic else None,
+        ref_model=copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None,
+        sampling=SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens),
+        rng=np.random.default_rng(cfg.run.seed),
+        timer=PhaseTimer(device),
+        compute_dtype=compute_dtype,
+    )
+    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params; "
+        f"training arithmetic {str(compute_dtype).removeprefix('torch.')} (optim.compute_dtype = "
+        f"{cfg.optim.compute_dtype!r})")
+    return run
 
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
           log: Callable[[str], None] = print) -> dict:
     """Run one configuration to its sample budget; returns the summary also written to summary.json."""
-    plan = derive_plan(cfg)
-    algorithm = get_algorithm(cfg.algorithm.name)
     run_dir = prepare_run_dir(out_dir, overwrite)
-    task = build_task(cfg.task)  # data files are read and checked before any compute
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    torch.manual_seed(cfg.run.seed)
-    policy = load_policy(cfg.model, cfg.task, log)
-    engine = build_engine(cfg.rollout, policy)
-    run = Run(
-        cfg, plan, algorithm, policy, engine, task,
-        optimizer=build_optimizer(policy.model.parameters(), cfg.optim, plan.lr),
-        critic=build_critic(policy.model, cfg, plan) if algorithm.needs_critic else None,
-        ref_model=copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None,
-        sampling=SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens),
-        rng=np.random.default_rng(cfg.run.seed),
-        timer=PhaseTimer(policy.model.device),
-    )
+    run = build_run(cfg, log)
+    plan, policy, engine, task = run.plan, run.policy, run.engine, run.task
     emit = on_record or (lambda record: None)
-    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params")
 
     runlog = RunLog(run_dir, run_descriptor(cfg), resolved_config(cfg), tensorboard=cfg.run.tensorboard)
     start = time.perf_counter()
@@ -148,7 +161,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     except BaseException:
         runlog.close()  # metrics.jsonl keeps what was written; no summary.json marks the run unfinished
         raise
-    summary = summarize(cfg, plan, history, first_eval, last_eval, time.perf_counter() - start, policy)
+    summary = summarize(cfg, plan, history, first_eval, last_eval, time.perf_counter() - start, run)
     runlog.finish(summary)
     return summary
 
@@ -178,7 +191,7 @@ def run_step(step: int, run: Run) -> dict:
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
             actor_stats = update_policy(run.policy.model, run.optimizer, batch, advantages, plan, cfg.algorithm,
-                                        cfg.optim.max_grad_norm, run.ref_model)
+                                        cfg.optim.max_grad_norm, run.ref_model, run.compute_dtype)
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
@@ -212,7 +225,7 @@ def eos_missing(response_ids: list[int], eos_id: int) -> bool:
     return not response_ids or response_ids[-1] != eos_id
 
 
-def summarize(cfg, plan, history, first_eval, last_eval, wall_s, policy) -> dict:
+def summarize(cfg, plan, history, first_eval, last_eval, wall_s, run: Run) -> dict:
     step_s = float(np.sum([r["time/step"] for r in history]))
     return {
         "finished": True,
@@ -229,7 +242,8 @@ def summarize(cfg, plan, history, first_eval, last_eval, wall_s, policy) -> dict
         **{f"{key}_share": float(np.sum([r[key] for r in history])) / step_s
            for key in ("time/generate_baseline", "time/train_critic") if history and key in history[0] and step_s},
         "samples_per_s": (history[-1]["samples"] / step_s) if step_s else None,
-        "model_params": policy.num_params,
+        "model_params": run.policy.num_params,
+        "train_compute_dtype": str(run.compute_dtype).removeprefix("torch."),
         "batchscale_version": __version__,
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),

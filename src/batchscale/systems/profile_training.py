@@ -137,8 +137,7 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
     """Token positions the micro-batches compute: each is trimmed to its own longest sequence."""
     from batchscale.batching import iter_micro_batches
 
-    return sum((stop - start) * batch.rows(start, stop)[0].input_ids.shape[1]
-               for start, stop in iter_micro_batches(len(batch), micro_batch_size))
+    return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1] for rows in iter_micro_batches(batch, micro_batch_size))
 
 
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
