@@ -1,11 +1,13 @@
 """What each training-step change buys: one GRPO update, timed side by side with and without each change.
 
 The variants (alternated in one run, so load from other processes hits all alike; medians of --repeats):
-- `full head, batch order`: the update before issue 18: the LM head and log-softmax over every position
-  (`full_head_logprobs` below, the old `batching.token_logprobs`), micro-batches of consecutive rows;
-- `response head, batch order`: the LM head and log-softmax on response positions only;
-- `full head, sorted`: micro-batches of length-sorted rows;
-- `response head, sorted`: both (what batchscale does now).
+- `before`: the update before issue 18: the LM head and log-softmax over every position (`full_head_logprobs` below,
+  the old `batching.token_logprobs`), micro-batches of consecutive rows, every row's prompt computed;
+- `response head`: the LM head and log-softmax on response positions only;
+- `sorted`: micro-batches of length-sorted rows (full head);
+- `response head + sorted`;
+- `response head + shared prompts`: a group's prompt computed once per micro-batch (`shared_prompts`);
+- `all three` (what batchscale does now).
 Each update is `update.accumulate_policy_gradient` (forward, clipped surrogate, backward per micro-batch) then
 `optimization.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
 
@@ -28,7 +30,7 @@ from unittest import mock
 import numpy as np
 import torch
 
-from batchscale import update
+from batchscale import batching, update
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
 from batchscale.batching import collate, iter_micro_batches
 from batchscale.config import ModelConfig, OptimConfig, TaskConfig
@@ -41,11 +43,13 @@ from batchscale.tasks import build_task
 
 TASK = TaskConfig(digits=1, template="What is {a} {op} {b}? Reply with the number only.", reward="last_integer_match",
                   eval_size=6)  # examples/smollm2-grpo.toml's task
-VARIANTS = {  # name: (response-only head, length-sorted micro-batches)
-    "full head, batch order": (False, False),
-    "response head, batch order": (True, False),
-    "full head, sorted": (False, True),
-    "response head, sorted": (True, True),
+VARIANTS = {  # name: (response-only head, length-sorted micro-batches, shared prompts)
+    "before": (False, False, False),
+    "response head": (True, False, False),
+    "sorted": (False, True, False),
+    "response head + sorted": (True, True, False),
+    "response head + shared prompts": (True, False, True),
+    "all three": (True, True, True),
 }
 
 
@@ -54,6 +58,12 @@ def full_head_logprobs(model, batch) -> torch.Tensor:
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # (N, L-1, V)
     targets = batch.input_ids[:, 1:].unsqueeze(-1)  # (N, L-1, 1)
     return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N, L-1)
+
+
+def plain_hidden_states(body, batch, positions) -> torch.Tensor:
+    """`shared_prompts.response_hidden_states` without sharing: the body over every row's prompt + response."""
+    out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    return out.last_hidden_state[:, :-1][positions]  # (M, H)
 
 
 def rollout_batch(policy, task, prompts_per_step: int, samples_per_prompt: int, max_new_tokens: int, seed: int):
@@ -73,9 +83,11 @@ def rollout_batch(policy, task, prompts_per_step: int, samples_per_prompt: int, 
 
 
 def timed_update(model, optimizer, batch, advantages, micro_batch_size, compute_dtype, variant) -> float:
-    response_head, sort = VARIANTS[variant]
+    response_head, sort, share = VARIANTS[variant]
     logprobs = update.token_logprobs if response_head else full_head_logprobs
-    with mock.patch.object(update, "token_logprobs", logprobs):
+    hidden_states = batching.response_hidden_states if share else plain_hidden_states
+    with mock.patch.object(update, "token_logprobs", logprobs), \
+            mock.patch.object(batching, "response_hidden_states", hidden_states):
         start = time.perf_counter()
         update.accumulate_policy_gradient(model, batch, advantages, micro_batch_size, 0.2, compute_dtype=compute_dtype,
                                           sort_by_length=sort)
@@ -117,7 +129,7 @@ def main() -> None:
                                        compute_dtype, variant)
                 if repeat:
                     times[variant].append(seconds)
-        base = statistics.median(times["full head, batch order"])
+        base = statistics.median(times["before"])
         row = {"max_new_tokens": max_new_tokens, "response_lengths": lengths,
                "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.response_mask.sum()),
                "computed_positions": {"batch order": computed_positions(batch, args.micro_batch_size, False),
@@ -128,7 +140,7 @@ def main() -> None:
         print(f"max_new_tokens {max_new_tokens}: response lengths {sorted(lengths)}; {row['tokens']} tokens "
               f"({row['response_tokens']} response); positions computed: {row['computed_positions']}")
         for variant in VARIANTS:
-            print(f"  {variant:28s} {row['seconds'][variant]:8.3f} s  x{row['speedup'][variant]:.2f}")
+            print(f"  {variant:32s} {row['seconds'][variant]:8.3f} s  x{row['speedup'][variant]:.2f}")
     result = {"model": args.model, "compute_dtype": str(compute_dtype).removeprefix("torch."), "threads": args.threads,
               "prompts_per_step": args.prompts_per_step, "samples_per_prompt": args.samples_per_prompt,
               "micro_batch_size": args.micro_batch_size, "repeats": args.repeats, "rows": rows}

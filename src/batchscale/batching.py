@@ -16,6 +16,8 @@ them to that):
 - The LM head and the log-softmax run only on the positions whose target is a response token (`token_logprobs`):
   prompt and padding positions get no (M x V) logits, which at a 49k-token vocabulary is a fifth of a small model's
   forward FLOPs and most of its activation memory.
+- Rows that share a prompt (a GRPO group's G samples) run the body over that prompt once per micro-batch
+  (`shared_prompts`), when that computes fewer token positions than the plain forward.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+
+from batchscale.shared_prompts import response_hidden_states
 
 
 @dataclass
@@ -89,8 +93,7 @@ def response_logits(model, batch: SequenceBatch, positions: torch.Tensor) -> tor
     if not lm_head_applies_alone(model):
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]  # (N, L-1, V)
         return logits[positions].float()
-    body = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    hidden = body.last_hidden_state[:, :-1][positions]  # (M, H)
+    hidden = response_hidden_states(model.base_model, batch, positions)  # (M, H)
     return model.get_output_embeddings()(hidden).float()  # (M, V)
 
 
