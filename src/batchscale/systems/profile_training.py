@@ -119,7 +119,9 @@ def matmul_shape(model, tokens: int) -> tuple[int, int, int]:
 def update_flops(model, tokens: int, response_tokens: int) -> float:
     """FLOPs of one update by the 6 N D rule, each matrix counted on the tokens it runs on: the body's matmul
     parameters on every token, the LM head's on response tokens only (on every token for models whose logits take the
-    full forward, see `batching.lm_head_applies_alone`). The input embedding is a lookup: no FLOPs."""
+    full forward, see `batching.lm_head_applies_alone`). The input embedding is a lookup: no FLOPs. Rows that share a
+    prompt compute it once (`shared_prompts`); this count does not credit that (the profile's prompts are drawn at
+    random from the task, so few repeat)."""
     from batchscale.batching import lm_head_applies_alone
 
     head, embedding = model.get_output_embeddings().weight, model.get_input_embeddings().weight
