@@ -40,12 +40,13 @@ def write_training_profile(path: Path) -> Path:
     seconds = 0.05 + 2e-4 * tokens
     law = fit_training_cost(tokens, seconds)
     peak = 1e11
-    rows = [{"samples_per_update": int(b), "tokens": int(t), "padded_tokens": int(t), "seconds": float(s),
+    rows = [{"samples_per_update": int(b), "tokens": int(t), "response_tokens": int(t) // 4,
+             "flops": 6 * 3e6 * float(t), "padded_tokens": int(t), "seconds": float(s),
              "seconds_repeats": [float(s)], "tokens_per_s": float(t / s), "samples_per_s": float(b / s),
              "flops_per_s": 6 * 3e6 * float(t / s), "utilization": 6 * 3e6 * float(t / s) / peak}
             for b, t, s in zip(batches, tokens, seconds)]
     profile = TrainingProfile(
-        model="tiny", params=3_000_000, dtype="float32", device="cpu", threads=2, micro_batch_size=8, repeats=3,
+        model="tiny", params=3_000_000, dtype="float32", compute_dtype="float32", device="cpu", threads=2, micro_batch_size=8, repeats=3,
         task="arithmetic", peak_flops_per_s=peak, peaks={"float32": {"best": peak, "median": peak, "samples": [peak]}},
         peak_matmul_shape=[256, 256, 688], rows=rows,
         fit={"seconds_fixed": law.seconds_fixed, "seconds_per_token": law.seconds_per_token, "r2": law.r2,

@@ -37,3 +37,41 @@ def test_kernel_benchmark_runs():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "kernel" in done.stdout
+
+
+def long_context_model(tmp_path, random_model_dir):
+    """The random model with room for the chat-length prompts of examples/smollm2-grpo.toml's task (char tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(random_model_dir)
+    model.config.max_position_embeddings = 256
+    model.save_pretrained(tmp_path / "model")
+    AutoTokenizer.from_pretrained(random_model_dir).save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+def test_training_step_benchmark_times_every_variant(tmp_path, random_model_dir):
+    out = tmp_path / "rows.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "training_step.py"), "--model", str(long_context_model(tmp_path, random_model_dir)),
+         "--no-chat-template", "--max-new-tokens", "6", "--repeats", "1", "--threads", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert len(row["seconds"]) == 6 and all(s > 0 for s in row["seconds"].values())
+    assert row["speedup"]["before"] == 1.0
+    assert row["computed_positions"]["sorted"] <= row["computed_positions"]["batch order"]
+
+
+def test_e2e_benchmark_steps_batchscale(tmp_path, random_model_dir):
+    """The driver without TRL (its venv takes minutes to make): batchscale's steps, timed and summarized."""
+    out = tmp_path / "rows.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "e2e_trl.py"), "--model", str(long_context_model(tmp_path, random_model_dir)),
+         "--no-chat-template", "--max-new-tokens", "3", "--steps", "1", "--threads", "1", "--no-trl", "--json", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    bs = result["rows"][0]["batchscale"]
+    assert len(bs["steps"]) == 1 and bs["seconds_per_sample"] == pytest.approx(bs["seconds_per_step"] / 16)
+    assert isinstance(result["cpu_flags"], list)

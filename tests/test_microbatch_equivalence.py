@@ -1,4 +1,5 @@
-"""Micro-batching changes execution only: micro_batch_size 1 and micro_batch_size P*G give the same update."""
+"""Micro-batching changes execution only: micro_batch_size 1 and micro_batch_size P*G give the same update, and so do
+micro-batches of length-sorted rows and of rows in batch order."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import collate
+from batchscale.batching import collate, iter_micro_batches
 from batchscale.config import OptimConfig
 from batchscale.policy.load import load_policy
 from batchscale.optimization import build_optimizer, clip_and_step
@@ -36,7 +37,7 @@ def policy(random_model_dir):
     return load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda s: None)
 
 
-def one_update(policy, micro_batch_size, aggregation, kl_coef=0.0):
+def one_update(policy, micro_batch_size, aggregation, kl_coef=0.0, sort_by_length=True):
     model = copy.deepcopy(policy.model)
     ref = copy.deepcopy(policy.model) if kl_coef else None
     if ref is not None:  # make the reference differ (identically in every call) so the KL term has a gradient
@@ -48,18 +49,19 @@ def one_update(policy, micro_batch_size, aggregation, kl_coef=0.0):
     batch = collate(prompts, responses, policy.tokenizer.pad_token_id)
     adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
     optimizer = build_optimizer(model.parameters(), OptimConfig(lr=1e-3), lr=1e-3)
-    accumulate_policy_gradient(model, batch, adv, micro_batch_size, 0.2, aggregation, ref_model=ref, kl_coef=kl_coef)
+    stats = accumulate_policy_gradient(model, batch, adv, micro_batch_size, 0.2, aggregation, ref_model=ref,
+                                       kl_coef=kl_coef, sort_by_length=sort_by_length)
     grads = [p.grad.clone() for p in model.parameters()]
     norm = clip_and_step(model, optimizer, max_grad_norm=1.0)
-    return grads, norm, [p.detach().clone() for p in model.parameters()]
+    return grads, norm, [p.detach().clone() for p in model.parameters()], stats
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
 @pytest.mark.parametrize("kl_coef", [0.0, 0.1])
 def test_micro_batch_1_equals_full_batch(policy, aggregation, kl_coef):
-    grads_1, norm_1, params_1 = one_update(policy, 1, aggregation, kl_coef)
-    grads_n, norm_n, params_n = one_update(policy, 12, aggregation, kl_coef)
-    grads_4, norm_4, params_4 = one_update(policy, 4, aggregation, kl_coef)
+    grads_1, norm_1, params_1, _ = one_update(policy, 1, aggregation, kl_coef)
+    grads_n, norm_n, params_n, _ = one_update(policy, 12, aggregation, kl_coef)
+    grads_4, norm_4, params_4, _ = one_update(policy, 4, aggregation, kl_coef)
     assert norm_1 > 0
     assert norm_1 == pytest.approx(norm_n, rel=1e-5) and norm_4 == pytest.approx(norm_n, rel=1e-5)
     for g1, g4, gn in zip(grads_1, grads_4, grads_n):
@@ -71,6 +73,25 @@ def test_micro_batch_1_equals_full_batch(policy, aggregation, kl_coef):
         torch.testing.assert_close(p1, pn, rtol=0, atol=1e-2 * 1e-3)
 
 
+@pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_length_sorted_micro_batches_equal_batch_order(policy, aggregation, kl_coef):
+    """Sorting regroups rows (micro-batches of 4 hold other rows than in batch order), never the update."""
+    prompts, responses, _ = rollout_batch(policy.tokenizer)
+    batch = collate(prompts, responses, policy.tokenizer.pad_token_id)
+    groups = [{frozenset(rows.tolist()) for rows in iter_micro_batches(batch, 4, sort)} for sort in (True, False)]
+    assert groups[0] != groups[1]
+    grads_s, norm_s, params_s, stats_s = one_update(policy, 4, aggregation, kl_coef, sort_by_length=True)
+    grads_u, norm_u, params_u, stats_u = one_update(policy, 4, aggregation, kl_coef, sort_by_length=False)
+    assert norm_s == pytest.approx(norm_u, rel=1e-5)
+    for key in stats_u:
+        assert stats_s[key] == pytest.approx(stats_u[key], rel=1e-5, abs=1e-8), key
+    for gs, gu in zip(grads_s, grads_u):
+        torch.testing.assert_close(gs, gu, rtol=1e-4, atol=1e-7)
+    for ps, pu in zip(params_s, params_u):  # 1% of one Adam step, as above
+        torch.testing.assert_close(ps, pu, rtol=0, atol=1e-2 * 1e-3)
+
+
 def test_update_changes_parameters(policy):
-    _, _, after = one_update(policy, 12, "token-mean")
+    _, _, after, _ = one_update(policy, 12, "token-mean")
     assert any(not torch.equal(a, b) for a, b in zip(after, policy.model.parameters()))

@@ -1,5 +1,6 @@
 """Micro-batching changes execution only, for PPO's actor and critic: micro_batch_size 1 and the full batch give the same
-gradients, in the single pass and with extra epochs and mini-batches (logp_old and values stored before the update)."""
+gradients, in the single pass and with extra epochs and mini-batches (logp_old and values stored before the update),
+whether micro-batches hold length-sorted rows or rows in batch order."""
 
 from __future__ import annotations
 
@@ -84,14 +85,16 @@ def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, 
     # values at rollout time differ from the current ones (as after an earlier epoch), so clipping is active
     values_old = inputs.values + 0.1 * torch.sin(torch.arange(inputs.values.numel()).view_as(inputs.values).float())
     grads, stats = {}, {}
-    for micro in (1, 4, 12):
+    for micro, sort in ((1, True), (4, True), (4, False), (12, True)):
         model = copy.deepcopy(critic_model)
-        stats[micro] = accumulate_value_gradient(model, batch, values_old, returns, micro, 0.05, aggregation)
-        grads[micro] = [p.grad.clone() for p in model.parameters()]
-    assert 0 < stats[12]["critic/value_clip_frac"] < 1
-    for micro in (1, 4):
-        assert stats[micro]["loss/value"] == pytest.approx(stats[12]["loss/value"], rel=1e-5)
-        for g, g_full in zip(grads[micro], grads[12]):  # float32 sums in another order: agree to 1e-5 of the largest
+        stats[micro, sort] = accumulate_value_gradient(model, batch, values_old, returns, micro, 0.05, aggregation,
+                                                       sort_by_length=sort)
+        grads[micro, sort] = [p.grad.clone() for p in model.parameters()]
+    full = (12, True)
+    assert 0 < stats[full]["critic/value_clip_frac"] < 1
+    for micro in ((1, True), (4, True), (4, False)):
+        assert stats[micro]["loss/value"] == pytest.approx(stats[full]["loss/value"], rel=1e-5)
+        for g, g_full in zip(grads[micro], grads[full]):  # float32 sums in another order: agree to 1e-5 of the largest
             torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-5 * float(g_full.abs().max()))
 
 
@@ -99,13 +102,14 @@ def test_actor_gradient_with_ppo_advantages_micro_batch_1_equals_full_batch(poli
     batch, rewards = rollout
     advantages = ppo_advantages(inputs_for(critic_model, batch, rewards))
     grads = {}
-    for micro in (1, 12):
+    for micro, sort in ((1, True), (4, True), (4, False), (12, True)):
         model = copy.deepcopy(policy.model)
-        accumulate_policy_gradient(model, batch, advantages, micro, 0.2)
-        grads[micro] = [p.grad.clone() for p in model.parameters()]
-    assert any(g.abs().sum() > 0 for g in grads[12])
-    for g, g_full in zip(grads[1], grads[12]):
-        torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-7)
+        accumulate_policy_gradient(model, batch, advantages, micro, 0.2, sort_by_length=sort)
+        grads[micro, sort] = [p.grad.clone() for p in model.parameters()]
+    assert any(g.abs().sum() > 0 for g in grads[12, True])
+    for micro in ((1, True), (4, True), (4, False)):
+        for g, g_full in zip(grads[micro], grads[12, True]):
+            torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-7)
 
 
 def full_update(policy, critic_model, rollout, random_model_dir, micro, epochs, mini_batches):

@@ -7,10 +7,12 @@ import json
 import pytest
 
 from batchscale import cli
+from batchscale.policy.tokenizer import build_char_tokenizer
 from batchscale.systems import profile_cli, profile_training
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+HEAD_PARAMS = len(build_char_tokenizer()) * 64  # the random model's tied head: vocabulary x hidden
 
 
 def run_profile(capsys, model_dir, *args) -> dict:
@@ -19,9 +21,10 @@ def run_profile(capsys, model_dir, *args) -> dict:
 
 
 def test_json_on_a_tiny_run(capsys, random_model_dir):
-    result = run_profile(capsys, random_model_dir, "--batches", "8,32", "--repeats", "1", "--micro-batch-size", "4")
-    assert {"model", "params", "dtype", "peak_flops_per_s", "rows", "fit"} <= set(result)
-    assert result["dtype"] == "float32" and result["micro_batch_size"] == 4
+    result = run_profile(capsys, random_model_dir, "--batches", "8,32", "--repeats", "1", "--micro-batch-size", "4",
+                         "--compute-dtype", "float32")
+    assert {"model", "params", "dtype", "compute_dtype", "peak_flops_per_s", "rows", "fit"} <= set(result)
+    assert result["dtype"] == result["compute_dtype"] == "float32" and result["micro_batch_size"] == 4
     assert result["params"] > 0
     assert set(result["peaks"]) == {"float32", "bfloat16"}
     fp32 = result["peaks"]["float32"]
@@ -31,8 +34,11 @@ def test_json_on_a_tiny_run(capsys, random_model_dir):
         assert row["seconds"] > 0 and row["tokens"] <= row["padded_tokens"]
         assert row["tokens_per_s"] == pytest.approx(row["tokens"] / row["seconds"])
         assert row["samples_per_s"] == pytest.approx(row["samples_per_update"] / row["seconds"])
-        flops_per_s = 6 * result["params"] * row["tokens_per_s"]  # the 6 * N * D rule
-        assert row["utilization"] == pytest.approx(flops_per_s / result["peak_flops_per_s"])
+        assert 0 < row["response_tokens"] < row["tokens"]
+        # the 6 * N * D rule, the tied head counted on response tokens only
+        flops = 6 * ((result["params"] - HEAD_PARAMS) * row["tokens"] + HEAD_PARAMS * row["response_tokens"])
+        assert row["flops"] == pytest.approx(flops)
+        assert row["utilization"] == pytest.approx(flops / row["seconds"] / result["peak_flops_per_s"])
         assert 0 < row["utilization"] <= 1.5
     assert set(result["fit"]) == {"seconds_fixed", "seconds_per_token", "r2", "tokens_per_s", "flops_per_s_asymptotic",
                                   "utilization_asymptotic"}
@@ -62,6 +68,25 @@ def test_batch_is_prompt_plus_answer_and_eos(random_model_dir):
     assert profile_training.padded_tokens(batch, 6) == batch.input_ids.numel()
 
 
+def test_update_flops_count_each_matrix_where_it_runs():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    for tied in (True, False):
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=32, tie_word_embeddings=tied))
+        params = sum(p.numel() for p in model.parameters())
+        body = params - 50 * 16 * (1 if tied else 2)  # the embedding is a lookup; the head runs on response tokens
+        assert profile_training.update_flops(model, 100, 30) == 6 * (body * 100 + 50 * 16 * 30)
+
+
+def test_bf16_arithmetic_is_measured_against_the_bf16_peak(capsys, random_model_dir):
+    result = run_profile(capsys, random_model_dir, "--batches", "4", "--repeats", "1", "--compute-dtype", "bfloat16")
+    assert result["dtype"] == "float32" and result["compute_dtype"] == "bfloat16"
+    assert result["peak_flops_per_s"] == result["peaks"]["bfloat16"]["best"]
+
+
 def test_matmul_rates_are_positive():
     rates = profile_training.measure_matmul_rates("float32", 64, 32, 48, repeats=3, min_time_s=0.001)
     assert len(rates) == 3 and min(rates) > 0
@@ -69,7 +94,8 @@ def test_matmul_rates_are_positive():
 
 @pytest.mark.parametrize("args", [["--batches", "0,8"], ["--batches", "8,x"], ["--model", "/no/such/dir"],
                                   ["--micro-batch-size", "3"], ["--micro-batch-size", "0"], ["--repeats", "0"],
-                                  ["--dtype", "float16"], ["--threads", "0"], ["--device", "tpu"]])
+                                  ["--dtype", "float16"], ["--threads", "0"], ["--device", "tpu"],
+                                  ["--compute-dtype", "float16"], ["--dtype", "bfloat16", "--compute-dtype", "float32"]])
 def test_bad_input_exits_2_before_compute(capsys, monkeypatch, args):
     def no_compute(*_, **__):
         raise AssertionError("bad input must fail before any measurement")

@@ -5,6 +5,19 @@ tokens, so every per-token tensor is (N, L - 1): position t holds the log-prob o
 `response_mask` marks the positions whose target is a response token. Right padding with causal attention means a
 sequence's log-probs do not depend on what else shares its micro-batch, and each micro-batch is trimmed to its own
 longest sequence, which saves work without changing any value.
+
+Execution-only choices, none of which changes a value beyond float rounding (the micro-batch equivalence tests hold
+them to that):
+- Micro-batches are formed from the rows sorted by length (longest first, ties in batch order), so sequences of
+  similar length share a micro-batch and few padded positions enter the arithmetic. The sort only picks which rows a
+  micro-batch holds: every per-row tensor (rewards, advantages, log-probs, values) keeps the batch's own row order,
+  and micro-batches are gathered from it and scattered back into it by row index. The micro-batch losses are shares of
+  one batch-wide loss, so their summed gradient does not depend on how rows are grouped.
+- The LM head and the log-softmax run only on the positions whose target is a response token (`token_logprobs`):
+  prompt and padding positions get no (M x V) logits, which at a 49k-token vocabulary is a fifth of a small model's
+  forward FLOPs and most of its activation memory.
+- Rows that share a prompt (a GRPO group's G samples) run the body over that prompt once per micro-batch
+  (`shared_prompts`), when that computes fewer token positions than the plain forward.
 """
 
 from __future__ import annotations
@@ -13,6 +26,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+
+from batchscale.shared_prompts import response_hidden_states
 
 
 @dataclass
@@ -26,12 +41,18 @@ class SequenceBatch:
 
     def rows(self, start: int, stop: int) -> tuple["SequenceBatch", int]:
         """Rows [start, stop), trimmed to their longest sequence. Returns the slice and its width in target positions."""
-        length = int(self.attention_mask[start:stop].sum(dim=1).max())
+        return self.select(torch.arange(start, stop, device=self.input_ids.device))
+
+    def select(self, rows: torch.Tensor) -> tuple["SequenceBatch", int]:
+        """The given rows (indices, in that order), trimmed to their longest sequence. Returns the sub-batch and its
+        width in target positions."""
+        attention_mask = self.attention_mask[rows]  # (n, L)
+        length = int(attention_mask.sum(dim=1).max())
         width = length - 1
         return SequenceBatch(
-            self.input_ids[start:stop, :length],
-            self.attention_mask[start:stop, :length],
-            self.response_mask[start:stop, :width],
+            self.input_ids[rows, :length],
+            attention_mask[:, :length],
+            self.response_mask[rows, :width],
         ), width
 
 
@@ -48,25 +69,50 @@ def collate(prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: 
     return SequenceBatch(input_ids.to(device), attention_mask.to(device), response_mask.to(device))
 
 
-def iter_micro_batches(num_rows: int, micro_batch_size: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) row ranges covering the batch in order; micro_batch_size divides num_rows (checked by config)."""
-    for start in range(0, num_rows, micro_batch_size):
-        yield start, min(start + micro_batch_size, num_rows)
+def iter_micro_batches(batch: SequenceBatch, micro_batch_size: int, sort_by_length: bool = True) -> Iterator[torch.Tensor]:
+    """Row indices of each micro-batch, covering the batch once; micro_batch_size divides len(batch) (checked by
+    config). Sorted: rows longest first (stable, so equal lengths keep batch order); unsorted: batch order."""
+    lengths = batch.attention_mask.sum(dim=1)  # (N,)
+    order = (torch.argsort(lengths, descending=True, stable=True) if sort_by_length
+             else torch.arange(len(batch), device=lengths.device))  # (N,)
+    yield from order.split(micro_batch_size)
+
+
+def lm_head_applies_alone(model) -> bool:
+    """Whether the model's logits are exactly its output embedding applied to the body's last hidden state, so the
+    head can run on a subset of positions. Families that scale or soft-cap logits after the head (Gemma 2's
+    final_logit_softcapping, Cohere's logit_scale, Granite's logits_scaling) take the full forward instead."""
+    cfg = model.config
+    post = (getattr(cfg, name, None) for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+    return (model.get_output_embeddings() is not None and model.base_model is not model
+            and all(value in (None, 1, 1.0) for value in post))
+
+
+def response_logits(model, batch: SequenceBatch, positions: torch.Tensor) -> torch.Tensor:
+    """(M, V) float32 logits at the M target positions marked in `positions` (N, L - 1), in row-major order."""
+    if not lm_head_applies_alone(model):
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]  # (N, L-1, V)
+        return logits[positions].float()
+    hidden = response_hidden_states(model.base_model, batch, positions)  # (M, H)
+    return model.get_output_embeddings()(hidden).float()  # (M, V)
 
 
 def token_logprobs(model, batch: SequenceBatch) -> torch.Tensor:
-    """(N, L - 1) log-prob of each next token, in float32 whatever the model dtype."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # (N, L-1, V)
-    targets = batch.input_ids[:, 1:].unsqueeze(-1)  # (N, L-1, 1)
-    return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N, L-1)
+    """(N, L - 1) log-prob of each response token, 0 at every other position, in float32 whatever the model dtype.
+    The LM head and log-softmax run on response positions only."""
+    positions = batch.response_mask > 0  # (N, L-1)
+    logits = response_logits(model, batch, positions)  # (M, V)
+    targets = batch.input_ids[:, 1:][positions]  # (M,)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (M,)
+    return torch.zeros(positions.shape, dtype=logp.dtype, device=logp.device).masked_scatter(positions, logp)
 
 
 @torch.no_grad()
 def forward_in_micro_batches(fn, batch: SequenceBatch, micro_batch_size: int) -> torch.Tensor:
-    """(N, L - 1) of a per-token function (log-probs, values) computed micro-batch by micro-batch without gradients;
-    0 past each micro-batch's own width."""
+    """(N, L - 1) of a per-token function (log-probs, values) computed micro-batch by micro-batch without gradients,
+    in batch row order; 0 past each micro-batch's own width."""
     out = torch.zeros(batch.response_mask.shape, dtype=torch.float32, device=batch.response_mask.device)  # (N, L-1)
-    for start, stop in iter_micro_batches(len(batch), micro_batch_size):
-        mb, width = batch.rows(start, stop)
-        out[start:stop, :width] = fn(mb).float()
+    for rows in iter_micro_batches(batch, micro_batch_size):
+        mb, width = batch.select(rows)
+        out[rows, :width] = fn(mb).float()
     return out

@@ -72,6 +72,9 @@ class OptimConfig(Section):
     eps: float = Field(1e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)  # None: no clipping (the norm is still logged)
+    # training arithmetic (actor, critic, reference): "bfloat16" runs bf16 autocast over float32 master weights and
+    # Adam state; "auto" picks it where bf16 matmuls are native (AVX512-BF16/AMX CPU, bf16 GPU), else float32
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
 
 
 class CriticConfig(Section):
@@ -277,6 +280,9 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
             f"the budget ({cfg.run.budget_samples} samples) is smaller than one step (P*G = {samples_per_step})",
             f"set run.budget_samples >= {samples_per_step}",
         )
+    if cfg.model.dtype == "bfloat16" and cfg.optim.compute_dtype == "float32":
+        raise UserError("optim.compute_dtype", "float32 arithmetic needs float32 weights, but model.dtype = 'bfloat16'",
+                        "set model.dtype = 'float32' (float32 master weights), or optim.compute_dtype = 'auto'")
     if cfg.task.name == "data" and not cfg.task.path:
         raise UserError("task.path", "task.name = 'data' reads prompts from a file, but no path is set",
                         "set task.path to a JSONL or Parquet file of {prompt, answer} rows")

@@ -12,7 +12,9 @@ Values are per-token like every other tensor in `batching`: (N, L - 1), position
 (`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
 it, and follows the same epochs x mini-batches schedule as the actor (`optimization.iter_updates`). The critic has its own
 learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and its own gradient
-clipping; Adam's other settings come from `optim`.
+clipping; Adam's other settings come from `optim`. It shares the actor's execution choices: micro-batches of
+length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16. The value head
+is a (hidden x 1) projection, so unlike the LM head it costs next to nothing at every position and is left there.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 from batchscale.algorithms.losses import clipped_value_loss, token_weights
 from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches
 from batchscale.optimization import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
+from batchscale.precision import autocast
 
 
 class ValueModel(nn.Module):
@@ -37,8 +40,9 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return self.head(out.last_hidden_state.float()).squeeze(-1)  # (N, L, H) -> (N, L)
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        with torch.autocast(hidden.device.type, enabled=False):  # the head stays float32 under bf16 autocast too
+            return self.head(hidden.float()).squeeze(-1)  # (N, L, H) -> (N, L)
 
 
 def build_value_model(policy_model: nn.Module) -> ValueModel:
@@ -60,15 +64,19 @@ def accumulate_value_gradient(
     micro_batch_size: int,
     value_clip: float | None,
     aggregation: str = "token-mean",
+    compute_dtype: torch.dtype = torch.float32,
+    sort_by_length: bool = True,
 ) -> dict:
     """Sum the micro-batch gradients of the batch value loss into .grad. Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}
-    for start, stop in iter_micro_batches(len(batch), micro_batch_size):
-        mb, width = batch.rows(start, stop)
+    for rows in iter_micro_batches(batch, micro_batch_size, sort_by_length):
+        mb, width = batch.select(rows)
         weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
-        loss, clip_frac = clipped_value_loss(token_values(model, mb), values_old[start:stop, :width],
-                                             returns[start:stop, :width], weights, value_clip)
+        with autocast(compute_dtype, batch.input_ids.device.type):
+            values = token_values(model, mb)  # (n, width)
+        loss, clip_frac = clipped_value_loss(values, values_old[rows, :width], returns[rows, :width], weights,
+                                             value_clip)
         loss.backward()
         stats["loss/value"] += loss.item()
         stats["critic/value_clip_frac"] += clip_frac.item()
@@ -94,10 +102,12 @@ class Critic:
     value_clip: float | None
     max_grad_norm: float | None
     aggregation: str
+    compute_dtype: torch.dtype = torch.float32
 
     def values(self, batch: SequenceBatch) -> torch.Tensor:
         """(N, L - 1) values at rollout time, without gradients."""
-        return forward_in_micro_batches(lambda mb: token_values(self.model, mb), batch, self.plan.micro_batch_size)
+        with autocast(self.compute_dtype, batch.input_ids.device.type):
+            return forward_in_micro_batches(lambda mb: token_values(self.model, mb), batch, self.plan.micro_batch_size)
 
     def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor) -> dict:
         """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping."""
@@ -106,7 +116,7 @@ class Critic:
             mini, width = batch.rows(start, stop)
             stats = accumulate_value_gradient(self.model, mini, values_old[start:stop, :width],
                                               returns[start:stop, :width], self.plan.micro_batch_size,
-                                              self.value_clip, self.aggregation)
+                                              self.value_clip, self.aggregation, self.compute_dtype)
             records.append({"grad_norm/critic": clip_and_step(self.model, self.optimizer, self.max_grad_norm), **stats})
         return {
             **mean_stats(records),
@@ -116,8 +126,8 @@ class Critic:
         }
 
 
-def build_critic(policy_model: nn.Module, cfg, plan) -> Critic:
+def build_critic(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype = torch.float32) -> Critic:
     model = build_value_model(policy_model)
     optimizer = build_optimizer(model.parameters(), cfg.optim, plan.critic.lr)
     return Critic(model, optimizer, plan, cfg.critic.value_clip, cfg.critic.max_grad_norm,
-                  cfg.algorithm.loss_aggregation)
+                  cfg.algorithm.loss_aggregation, compute_dtype)

@@ -41,6 +41,7 @@ from batchscale.rundir import RunDescriptor, RunLog, check_out_dir, summarize_ru
 from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.telemetry.timers import PhaseTimer
 from batchscale.optimization import build_optimizer
+from batchscale.precision import resolve_compute_dtype
 from batchscale.update import update_policy
 
 
@@ -86,7 +87,7 @@ def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingPar
 
 @dataclass
 class Run:
-    """What every step touches, built once by `train`."""
+    """What every step touches, built once by `build_run`."""
 
     cfg: Config
     plan: BatchPlan
@@ -100,32 +101,44 @@ class Run:
     sampling: SamplingParams
     rng: np.random.Generator
     timer: PhaseTimer
+    compute_dtype: torch.dtype = torch.float32  # training arithmetic (precision.resolve_compute_dtype)
+
+
+def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
+    """The task (its data read and checked first), policy, engine, optimizer, critic and reference model of a run."""
+    plan = derive_plan(cfg)
+    algorithm = get_algorithm(cfg.algorithm.name)
+    task = build_task(cfg.task)
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    policy = load_policy(cfg.model, cfg.task, log)
+    device = policy.model.device
+    compute_dtype = resolve_compute_dtype(cfg.optim.compute_dtype, policy.model.dtype, device.type)
+    run = Run(
+        cfg, plan, algorithm, policy, build_engine(cfg.rollout, policy), task,
+        optimizer=build_optimizer(policy.model.parameters(), cfg.optim, plan.lr),
+        critic=build_critic(policy.model, cfg, plan, compute_dtype) if algorithm.needs_critic else None,
+        ref_model=copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None,
+        sampling=SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens),
+        rng=np.random.default_rng(cfg.run.seed),
+        timer=PhaseTimer(device),
+        compute_dtype=compute_dtype,
+    )
+    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params; "
+        f"training arithmetic {str(compute_dtype).removeprefix('torch.')} (optim.compute_dtype = "
+        f"{cfg.optim.compute_dtype!r})")
+    return run
 
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
           log: Callable[[str], None] = print) -> dict:
     """Run one configuration to its sample budget; returns the summary also written into the run directory."""
-    plan = derive_plan(cfg)
-    algorithm = get_algorithm(cfg.algorithm.name)
     run_dir = Path(out_dir)
     check_out_dir(run_dir, overwrite)
-    task = build_task(cfg.task)  # data files are read and checked before any compute
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    torch.manual_seed(cfg.run.seed)
-    policy = load_policy(cfg.model, cfg.task, log)
-    engine = build_engine(cfg.rollout, policy)
-    run = Run(
-        cfg, plan, algorithm, policy, engine, task,
-        optimizer=build_optimizer(policy.model.parameters(), cfg.optim, plan.lr),
-        critic=build_critic(policy.model, cfg, plan) if algorithm.needs_critic else None,
-        ref_model=copy.deepcopy(policy.model) if cfg.algorithm.kl_coef > 0 else None,
-        sampling=SamplingParams(cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.max_new_tokens),
-        rng=np.random.default_rng(cfg.run.seed),
-        timer=PhaseTimer(policy.model.device),
-    )
+    run = build_run(cfg, log)  # the task's data is read and checked before any compute
+    plan, policy, engine, task = run.plan, run.policy, run.engine, run.task
     emit = on_record or (lambda record: None)
-    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params")
 
     if overwrite and run_dir.is_dir():
         shutil.rmtree(run_dir)  # check_out_dir allowed it: a run of batchscale's own
@@ -168,7 +181,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
         runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
         if mirror is not None:
             mirror.close()
-    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(policy))
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(run))
     runlog.finish(summary)
     return summary.model_dump(mode="json")
 
@@ -198,7 +211,7 @@ def run_step(step: int, run: Run) -> dict:
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
             actor_stats = update_policy(run.policy.model, run.optimizer, batch, advantages, plan, cfg.algorithm,
-                                        cfg.optim.max_grad_norm, run.ref_model)
+                                        cfg.optim.max_grad_norm, run.ref_model, run.compute_dtype)
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
@@ -232,8 +245,9 @@ def eos_missing(response_ids: list[int], eos_id: int) -> bool:
     return not response_ids or response_ids[-1] != eos_id
 
 
-def machine_facts(policy: Policy) -> dict:
+def machine_facts(run: Run) -> dict:
     """Where the run ran, for the summary: results must say which CPU (and kernel flags) produced them."""
+    policy = run.policy
     return {
         "cpu": cpu_model(),
         "cpu_flags": kernel_flags(),
@@ -243,4 +257,5 @@ def machine_facts(policy: Policy) -> dict:
         "torch_version": torch.__version__,
         "batchscale_version": __version__,
         "model_params": policy.num_params,
+        "train_compute_dtype": str(run.compute_dtype).removeprefix("torch."),
     }

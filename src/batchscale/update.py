@@ -9,6 +9,10 @@ epochs x mini-batches updates; logp_old is then stored from a no-grad forward be
 are contiguous runs of whole prompts (the same split every epoch, so GRPO groups stay together), and each mini-batch's
 loss is normalized over that mini-batch.
 
+Micro-batches are formed from the rows sorted by length and the LM head runs on response positions only
+(`batching`: execution-only, the equivalence tests bound the difference to float rounding). With `compute_dtype`
+bfloat16 each forward runs under bf16 autocast over the float32 weights (`precision`).
+
 The gradient norm is logged before clipping: it is the paper's gradient-noise proxy.
 """
 
@@ -19,6 +23,7 @@ import torch
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
 from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches, token_logprobs
 from batchscale.optimization import clip_and_step, iter_updates, loss_normalizer, mean_stats
+from batchscale.precision import autocast
 
 
 def accumulate_policy_gradient(
@@ -31,22 +36,26 @@ def accumulate_policy_gradient(
     logp_old: torch.Tensor | None = None,  # (N, L-1); None: single pass, the sampling policy is the current one
     ref_model=None,
     kl_coef: float = 0.0,
+    compute_dtype: torch.dtype = torch.float32,
+    sort_by_length: bool = True,
 ) -> dict:
     """Sum the micro-batch gradients of the batch loss into .grad. Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/policy": 0.0, "actor/clip_frac": 0.0}
     if kl_coef > 0:
         stats["loss/kl"] = 0.0
-    for start, stop in iter_micro_batches(len(batch), micro_batch_size):
-        mb, width = batch.rows(start, stop)
-        logp = token_logprobs(model, mb)  # (n, width)
-        old = logp.detach() if logp_old is None else logp_old[start:stop, :width]
+    device_type = batch.input_ids.device.type
+    for rows in iter_micro_batches(batch, micro_batch_size, sort_by_length):
+        mb, width = batch.select(rows)
+        with autocast(compute_dtype, device_type):
+            logp = token_logprobs(model, mb)  # (n, width)
+        old = logp.detach() if logp_old is None else logp_old[rows, :width]
         weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
-        loss, clip_frac = clipped_policy_loss(logp, old, advantages[start:stop, :width], weights, clip_eps)
+        loss, clip_frac = clipped_policy_loss(logp, old, advantages[rows, :width], weights, clip_eps)
         stats["loss/policy"] += loss.item()
         stats["actor/clip_frac"] += clip_frac.item()
         if kl_coef > 0:
-            with torch.no_grad():
+            with torch.no_grad(), autocast(compute_dtype, device_type):
                 logp_ref = token_logprobs(ref_model, mb)
             kl = (kl_k3(logp, logp_ref) * weights).sum()
             stats["loss/kl"] += kl.item()
@@ -55,25 +64,20 @@ def accumulate_policy_gradient(
     return stats
 
 
-
-
-
-
-
-
 def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tensor, plan, algo_cfg,
-                  max_grad_norm: float | None, ref_model=None) -> dict:
+                  max_grad_norm: float | None, ref_model=None, compute_dtype: torch.dtype = torch.float32) -> dict:
     """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics, averaged
     over the updates; `grad_norm/actor` is before clipping."""
     logp_old = None
     if plan.updates_per_step > 1:  # later updates must compare against the sampling policy, so store it first
-        logp_old = forward_in_micro_batches(lambda mb: token_logprobs(model, mb), batch, plan.micro_batch_size)
+        with autocast(compute_dtype, batch.input_ids.device.type):
+            logp_old = forward_in_micro_batches(lambda mb: token_logprobs(model, mb), batch, plan.micro_batch_size)
     records = []
     for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
         mini, width = batch.rows(start, stop)
         stats = accumulate_policy_gradient(
             model, mini, advantages[start:stop, :width], plan.micro_batch_size, algo_cfg.clip_eps,
             algo_cfg.loss_aggregation, logp_old=None if logp_old is None else logp_old[start:stop, :width],
-            ref_model=ref_model, kl_coef=algo_cfg.kl_coef)
+            ref_model=ref_model, kl_coef=algo_cfg.kl_coef, compute_dtype=compute_dtype)
         records.append({"grad_norm/actor": clip_and_step(model, optimizer, max_grad_norm), **stats})
     return mean_stats(records)

@@ -211,7 +211,9 @@ class MatmulPeak(Strict):
 
 class TrainingRow(Strict):
     samples_per_update: int
-    tokens: int
+    tokens: int  # prompt + response tokens of the batch, padding excluded
+    response_tokens: int  # the positions the LM head runs on
+    flops: float  # counted where each matrix runs (profile_training.update_flops)
     padded_tokens: int
     seconds: float
     seconds_repeats: list[float]
@@ -226,7 +228,8 @@ class TrainingProfile(Document):
 
     model: str
     params: int
-    dtype: str
+    dtype: str  # the weights'
+    compute_dtype: str  # the arithmetic's (optim.compute_dtype resolved)
     device: str
     threads: int
     micro_batch_size: int | None

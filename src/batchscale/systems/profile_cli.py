@@ -52,7 +52,8 @@ def print_training_table(result: dict) -> None:
         f"time = {fit['seconds_fixed']:.3g} s + {fit['seconds_per_token']:.3g} s/token * tokens (R^2 {fit['r2']:.3f}); " + (
             "slope <= 0: timings too noisy, add --repeats" if fit["tokens_per_s"] is None else
             f"asymptotic {fit['tokens_per_s']:.4g} tok/s = {fit['utilization_asymptotic']:.1%} of peak"))
-    title = (f"training: {result['model']} ({result['params'] / 1e6:.2f}M params, {result['dtype']}) on "
+    title = (f"training: {result['model']} ({result['params'] / 1e6:.2f}M params, {result['dtype']} weights, "
+             f"{result['compute_dtype']} arithmetic) on "
              f"{result['device']}, {result['threads']} threads; matmul peak {result['peak_flops_per_s'] / 1e9:.1f} "
              f"GFLOP/s")
     table = Table(title=title, caption=caption)
@@ -110,7 +111,9 @@ def training(
     micro_batch_size: Annotated[Optional[int], typer.Option(help="sequences per forward/backward; must divide "
                                                                  "every batch (default: the whole batch)")] = None,
     repeats: Annotated[int, typer.Option(help="timed updates per batch (median reported)")] = 3,
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="weights: float32 or bfloat16")] = "float32",
+    compute_dtype: Annotated[str, typer.Option(help="arithmetic: auto (bf16 autocast where bf16 is native), float32 "
+                                                    "or bfloat16 (autocast over float32 weights)")] = "auto",
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     seed: Annotated[int, typer.Option()] = 0,
@@ -128,7 +131,7 @@ def training(
     from batchscale.systems.profile_training import profile_training
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
-                              log=lambda message: typer.echo(message, err=True))
+                              log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:

@@ -14,10 +14,14 @@ Per B: seconds, tokens/s and samples/s, where tokens = prompt + response tokens 
 `systems.knee.fit_training_cost`.
 
 Utilization follows the 6 * N * D rule (Kaplan et al. 2020; forward 2 N, backward 4 N FLOPs per token with N the
-parameter count, attention's context term ignored, which is small at these lengths): achieved FLOP/s =
-6 * params * tokens / seconds, over the matmul peak measured here with torch for the dtype in use (both float32 and
-bfloat16 are measured; `measure_matmul_rates`): a GEMM of the model's MLP up-projection shape, not a vendor number, so
-utilization says how close the update gets to what this machine's matmul reaches at that size. Departure from "median
+matmul parameter count, attention's context term ignored, which is small at these lengths), counted where the update
+runs each matrix: the body's on every token, the LM head's only on response tokens (`batching.token_logprobs`; the
+input embedding is a lookup): achieved FLOP/s = 6 * (N_body * tokens + N_head * response_tokens) / seconds, over the
+matmul peak measured here with torch for the arithmetic dtype in use (both float32 and bfloat16 are measured;
+`measure_matmul_rates`): a GEMM of the model's MLP up-projection shape, not a vendor number, so utilization says how
+close the update gets to what this machine's matmul reaches at that size. The arithmetic dtype is `--compute-dtype`
+(like `optim.compute_dtype`: "auto" is bf16 autocast over float32 weights where bf16 is native, else float32; a model
+loaded with `--dtype bfloat16` computes in bf16). Departure from "median
 of repeats": the peak is the best of its samples (`summarize_peak`), because on shared cores other processes halve
 individual samples; the median is reported beside it. Update times stay medians. Utilization can exceed 1 slightly when
 the model's matmuls run faster than the benchmark shape, or when the peak samples were all disturbed.
@@ -90,14 +94,34 @@ def matmul_shape(model, tokens: int) -> tuple[int, int, int]:
     return min(max(tokens, 256), 2048), hidden, inner
 
 
-def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device) -> list[float]:
+def update_flops(model, tokens: int, response_tokens: int) -> float:
+    """FLOPs of one update by the 6 N D rule, each matrix counted on the tokens it runs on: the body's matmul
+    parameters on every token, the LM head's on response tokens only (on every token for models whose logits take the
+    full forward, see `batching.lm_head_applies_alone`). The input embedding is a lookup: no FLOPs. Rows that share a
+    prompt compute it once (`shared_prompts`); this count does not credit that (the profile's prompts are drawn at
+    random from the task, so few repeat)."""
+    from batchscale.batching import lm_head_applies_alone
+
+    head, embedding = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    tied = head.data_ptr() == embedding.data_ptr()
+    params = sum(p.numel() for p in model.parameters())
+    body = params - head.numel() - (0 if tied else embedding.numel())
+    head_tokens = response_tokens if lm_head_applies_alone(model) else tokens
+    return 6.0 * (body * tokens + head.numel() * head_tokens)
+
+
+def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device,
+                compute_dtype=None) -> list[float]:
     """Seconds of each of `repeats` full updates (after one untimed warm-up update)."""
+    import torch
+
     from batchscale.optimization import clip_and_step
     from batchscale.telemetry.timers import synchronize
     from batchscale.update import accumulate_policy_gradient
 
     def update():
-        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2)
+        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2,
+                                   compute_dtype=compute_dtype or torch.float32)
         clip_and_step(model, optimizer, max_grad_norm=1.0)
 
     update()
@@ -115,21 +139,21 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
     """Token positions the micro-batches compute: each is trimmed to its own longest sequence."""
     from batchscale.batching import iter_micro_batches
 
-    return sum((stop - start) * batch.rows(start, stop)[0].input_ids.shape[1]
-               for start, stop in iter_micro_batches(len(batch), micro_batch_size))
+    return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1] for rows in iter_micro_batches(batch, micro_batch_size))
 
 
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
-                     log=print) -> TrainingProfile:
+                     log=print, compute_dtype: str = "auto") -> TrainingProfile:
     """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
     import torch
     from pydantic import ValidationError
 
     from batchscale.config import ModelConfig, OptimConfig
     from batchscale.cpu import native_bf16_cpu
-    from batchscale.systems.knee import fit_training_cost
     from batchscale.optimization import build_optimizer
+    from batchscale.precision import COMPUTE_DTYPES, resolve_compute_dtype
+    from batchscale.systems.knee import fit_training_cost
 
     validate_micro_batch(batches, micro_batch_size)
     if repeats < 1:
@@ -138,6 +162,11 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         raise UserError("device", f"unknown device {device!r}", "use auto, cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("device", "cuda is not available on this machine", "use --device cpu")
+    if compute_dtype not in ("auto", *COMPUTE_DTYPES):
+        raise UserError("--compute-dtype", f"unknown value {compute_dtype!r}", "use auto, float32 or bfloat16")
+    if compute_dtype == "float32" and dtype == "bfloat16":
+        raise UserError("--compute-dtype", "float32 arithmetic needs float32 weights, but --dtype is bfloat16",
+                        "pass --dtype float32, or --compute-dtype auto")
     try:
         model_cfg = ModelConfig(name=model, dtype=dtype)
     except ValidationError as e:
@@ -146,6 +175,8 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         raise UserError("--" + str(error["loc"][-1]), error["msg"], fix) from None
     policy, task, device = load_profiled_policy(model_cfg, device, log)
     params = policy.num_params
+    arithmetic = resolve_compute_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
+    arithmetic_name = str(arithmetic).removeprefix("torch.")
     optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 
     sequence_batches = {b: build_batch(policy, task, b, seed, device) for b in batches}
@@ -153,26 +184,28 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     micro_tokens = int(largest.attention_mask.sum()) * (micro_batch_size or len(largest)) // len(largest)
     shape = matmul_shape(policy.model, micro_tokens)
     peaks = {name: summarize_peak(measure_matmul_rates(name, *shape, device=device)) for name in PEAK_DTYPES}
-    peak = peaks[dtype]["best"]
+    peak = peaks[arithmetic_name]["best"]
     log(f"matmul peak {shape[0]}x{shape[1]}x{shape[2]} (best / median GFLOP/s): " + ", ".join(
         f"{name} {p['best'] / 1e9:.1f} / {p['median'] / 1e9:.1f}" for name, p in peaks.items()))
-    if dtype == "bfloat16" and torch.device(device).type == "cpu" and not native_bf16_cpu():
+    if arithmetic == torch.bfloat16 and torch.device(device).type == "cpu" and not native_bf16_cpu():
         log("warning: this CPU has no native bf16 (no AVX512-BF16 or AMX), so torch emulates bf16 matmuls: the bf16 "
             "peak above is an emulation rate and utilization against it can exceed 100%; profile --dtype float32 "
-            "for the cost a CPU run should use")
+            "--compute-dtype float32 for the cost a CPU run should use")
     rows = []
     for b in batches:
         batch = sequence_batches[b]
         micro = micro_batch_size or b
         gen = torch.Generator().manual_seed(seed)
         advantages = torch.randn(b, 1, generator=gen).to(device) * batch.response_mask  # (B, L-1)
-        times = time_update(policy.model, optimizer, batch, advantages, micro, repeats, device)
+        times = time_update(policy.model, optimizer, batch, advantages, micro, repeats, device, arithmetic)
         seconds = statistics.median(times)
-        tokens = int(batch.attention_mask.sum())
-        flops_per_s = 6 * params * tokens / seconds
-        row = {"samples_per_update": b, "tokens": tokens, "padded_tokens": padded_tokens(batch, micro),
-               "seconds": seconds, "seconds_repeats": times, "tokens_per_s": tokens / seconds,
-               "samples_per_s": b / seconds, "flops_per_s": flops_per_s, "utilization": flops_per_s / peak}
+        tokens, response_tokens = int(batch.attention_mask.sum()), int(batch.response_mask.sum())
+        flops = update_flops(policy.model, tokens, response_tokens)
+        flops_per_s = flops / seconds
+        row = {"samples_per_update": b, "tokens": tokens, "response_tokens": response_tokens, "flops": flops,
+               "padded_tokens": padded_tokens(batch, micro), "seconds": seconds, "seconds_repeats": times,
+               "tokens_per_s": tokens / seconds, "samples_per_s": b / seconds, "flops_per_s": flops_per_s,
+               "utilization": flops_per_s / peak}
         log(f"batch {b:>5}: {seconds:8.4f} s  {row['tokens_per_s']:9.0f} tok/s  {row['samples_per_s']:8.1f} "
             f"samples/s  utilization {row['utilization']:.1%}  ({tokens} tokens, median of {repeats})")
         rows.append(row)
@@ -180,14 +213,15 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     if len({r["tokens"] for r in rows}) >= 2:
         law = fit_training_cost([r["tokens"] for r in rows], [r["seconds"] for r in rows])
         # a slope <= 0 (noise swamped it) has no asymptote: None keeps the JSON strict (no Infinity)
-        asymptotic = 6 * params * law.tokens_per_s if law.seconds_per_token > 0 else None
+        flops_per_token = rows[-1]["flops"] / rows[-1]["tokens"]  # the largest batch's mix of prompt and response
+        asymptotic = flops_per_token * law.tokens_per_s if law.seconds_per_token > 0 else None
         fit = {"seconds_fixed": law.seconds_fixed, "seconds_per_token": law.seconds_per_token, "r2": law.r2,
                "tokens_per_s": law.tokens_per_s if asymptotic is not None else None,
                "flops_per_s_asymptotic": asymptotic,
                "utilization_asymptotic": None if asymptotic is None else asymptotic / peak}
     return TrainingProfile(
-        model=model, params=params, dtype=dtype, device=str(device), threads=torch.get_num_threads(),
-        micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
+        model=model, params=params, dtype=dtype, compute_dtype=arithmetic_name, device=str(device),
+        threads=torch.get_num_threads(), micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
         peak_flops_per_s=peak, peaks=peaks, peak_matmul_shape=list(shape),
         rows=rows, fit=fit,
     )
