@@ -86,13 +86,16 @@ def test_killed_sweep_resumes_with_every_record_exactly_once(tmp_path, random_mo
     out = tmp_path / "out"
     proc = subprocess.Popen(sweep_cli(path, "--out", out), cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    staged = out / "runs" / ".grpo-P2-G2-sqrt__s0.partial" / "metrics.jsonl"
+    def staged() -> Path | None:  # runs/.<name>.partial-<pid>-<token>/metrics.jsonl, the name unique to the sweep
+        found = sorted((out / "runs").glob(".grpo-P2-G2-sqrt__s0.partial-*/metrics.jsonl"))
+        return found[0] if found else None
+
     deadline = time.time() + 120
-    while time.time() < deadline and (not staged.exists() or len(staged.read_text().splitlines()) < 3):
+    while time.time() < deadline and (staged() is None or len(staged().read_text().splitlines()) < 3):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)  # mid-run: the first point has records, no summary
     proc.wait()
-    assert staged.exists() and not (out / "runs" / "grpo-P2-G2-sqrt__s0").exists()
+    assert staged() is not None and not (out / "runs" / "grpo-P2-G2-sqrt__s0").exists()
 
     done = subprocess.run(sweep_cli(path, "--out", out, "--json"), cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

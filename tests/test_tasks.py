@@ -57,6 +57,29 @@ def test_reward_from_module_function(tmp_path, monkeypatch):
         resolve_reward("nonsense")
 
 
+def test_builtin_rewards_run_in_process_and_user_rewards_in_a_worker(tmp_path, monkeypatch):
+    import os
+
+    from batchscale.tasks.rewards import REWARDS, UserReward, score_batch
+
+    assert resolve_reward("digit_match") is REWARDS["digit_match"]  # a plain function: no process, no pipe
+    (tmp_path / "pidreward.py").write_text("import os\n"
+                                           "def pid(response, answer):\n    return os.getpid()\n"
+                                           "def flag(response, answer):\n    return response == answer\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reward = resolve_reward("pidreward:pid", timeout_s=5)
+    try:
+        assert isinstance(reward, UserReward)
+        worker = score_batch(reward, ["a", "b"], ["1", "2"])
+        assert worker[0] == worker[1] != os.getpid()  # one worker, kept for every batch
+        assert score_batch(reward, ["c"], ["3"]) == worker[:1]
+    finally:
+        reward.close()
+    flag = resolve_reward("pidreward:flag")
+    assert flag.score(["x", "y"], ["x", "z"]) == [1.0, 0.0]  # a bool is a number
+    flag.close()
+
+
 def write_rows(path, rows):
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 

@@ -48,8 +48,27 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"  # for people: no source location, no code line
 
 
+def _usage_error_line(error) -> str:
+    """A click usage error (unknown option, missing argument, bad value) as one line with where to look."""
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx is not None else "batchscale"
+    return f"{error.format_message()} (see '{command} --help')"
+
+
+def _os_error_line(error: OSError) -> str:
+    """An OSError no library code turned into a UserError (a full disk, a path that is a file): one line."""
+    from batchscale.files import write_error
+
+    if error.filename is not None:
+        return str(write_error(error.filename, error)) if error.errno is not None else f"{error.filename}: {error}"
+    return f"{error.strerror or error}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point. Returns the exit code (2 for bad input, with a one-line message and no traceback)."""
+    """Console entry point. Returns the exit code: 2 for bad input, with a one-line message and no traceback. A file
+    that cannot be read or written (an OSError, a non-UTF-8 file) that no command caught is one line too; set
+    BATCHSCALE_TRACEBACK=1 to see the traceback instead."""
+    import os
     import warnings
 
     warnings.formatwarning = _format_warning
@@ -64,7 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         typer.echo("aborted", err=True)
         return 130
     except _usage_error_types() as e:  # unknown option, missing argument, bad value
-        e.show()
+        if type(e).__name__ == "NoArgsIsHelpError":
+            e.show()  # a bare command: its help
+        else:
+            typer.echo(f"error: {_usage_error_line(e)}", err=True)
+        return 2
+    except (OSError, UnicodeDecodeError) as e:
+        if os.environ.get("BATCHSCALE_TRACEBACK"):
+            raise
+        line = _os_error_line(e) if isinstance(e, OSError) else f"a file is not UTF-8 text ({e})"
+        typer.echo(f"error: {' '.join(line.split())}", err=True)
         return 2
     return result if isinstance(result, int) else 0
 
@@ -82,7 +110,7 @@ def train(
     from batchscale.progress import train_with_progress
 
     cfg = load_config(config, set_)
-    summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)
+    summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: swapped at the end
     if json_out:
         print_json({"run_dir": str(run_dir), **summary})
     else:
@@ -101,6 +129,8 @@ def demo(
     """
     from batchscale.demo import run_demo, summarize_demo
 
+    if out.exists() and not out.is_dir():
+        raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
     result = run_demo(out, quick)
     if json_out:
         print_json(result)

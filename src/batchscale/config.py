@@ -26,14 +26,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.errors import UserError
+from batchscale.files import read_text_utf8
 
 LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 
 
 class Section(BaseModel):
-    """A config section: unknown keys and wrong types are errors, never silently ignored or coerced."""
+    """A config section: unknown keys, wrong types and non-finite numbers (inf, nan) are errors, never silently
+    ignored or coerced."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):
@@ -49,11 +51,12 @@ class TaskConfig(Section):
     digits: int = Field(2, ge=1, le=9)
     operations: str = "+"
     template: str = "{a}{op}{b}="  # the prompt text; `{a}`, `{op}`, `{b}` are filled in
-    split_seed: int = 0  # fixes which problems are held out for eval, shared by every run and seed
+    split_seed: int = Field(0, ge=0)  # fixes which problems are held out for eval, shared by every run and seed
     # data: rows {prompt, answer} from a JSONL or Parquet file
     path: str | None = None
     eval_path: str | None = None  # held-out rows; without it the last eval_size rows of `path` are held out
     reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
+    reward_timeout_s: float = Field(10.0, gt=0)  # a user reward ("module:function") must score a batch within this
     eval_size: int = Field(256, ge=1)
 
 
@@ -120,7 +123,7 @@ class RolloutConfig(Section):
 class RunConfig(Section):
     budget_samples: int = Field(8192, ge=1)  # cumulative responses to train on
     eval_every_samples: int = Field(1024, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
     threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps torch's default
@@ -199,9 +202,21 @@ def lr_rule_exponent(rule) -> tuple[float, str]:
     return (LR_RULE_EXPONENTS[rule], rule) if isinstance(rule, str) else (float(rule), f"a={rule:g}")
 
 
+DIVISOR_SEARCH = 100_000  # candidates tried on each side of `wanted`, and below sqrt(n): the hint's time is bounded
+
+
 def nearest_divisor(n: int, wanted: int) -> int:
-    """The divisor of n closest to `wanted` (the smaller one on a tie): the fix a micro-batch error suggests."""
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - wanted))
+    """A divisor of n close to `wanted` (the smaller one on a tie): the fix a micro-batch error suggests. Exact (the
+    nearest) whenever n <= DIVISOR_SEARCH**2 or a divisor lies within DIVISOR_SEARCH of `wanted`; otherwise the nearest
+    among the divisors found, in bounded time whatever n is (a scan of all of 1..n would hang on a huge P*G)."""
+    candidates = {1, n}
+    for d in range(1, min(math.isqrt(n), DIVISOR_SEARCH) + 1):
+        if n % d == 0:
+            candidates.update((d, n // d))
+    for d in range(max(1, wanted - DIVISOR_SEARCH), min(n, wanted + DIVISOR_SEARCH) + 1):
+        if n % d == 0:
+            candidates.add(d)
+    return min(candidates, key=lambda d: (abs(d - wanted), d))
 
 
 def derive_plan(cfg: Config) -> BatchPlan:
@@ -357,6 +372,8 @@ def _explain(errors: list[dict]) -> UserError:
         hint = f"did you mean '{close[0]}'? " if close else ""
         return UserError(field, "unknown key", f"{hint}valid keys here: {', '.join(valid)}")
     value = err.get("input")
+    if kind == "finite_number":
+        return UserError(field, f"got {value!r}: must be a finite number", f"set {field} to a finite number")
     if len(loc) < len(err["loc"]):  # a union: say every accepted form
         forms = [e["msg"].removeprefix("Input should be ") for e in errors if _field_path(tuple(e["loc"])) == loc]
         return UserError(field, f"got {value!r}: must be {' or '.join(forms)}", f"set {field} to one of those")
@@ -386,7 +403,7 @@ def read_toml(path: Path) -> dict:
     if not path.is_file():
         raise UserError("CONFIG", f"no config file at {path}", "pass the path of a TOML file, e.g. examples/grpo-tiny.toml")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(read_text_utf8(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(str(path), f"is not valid TOML ({e})", "fix the syntax at the line named") from None
 

@@ -1,9 +1,15 @@
 """User-facing errors: one line naming the field, the rule it broke and the fix.
 
-Raised before any compute; the CLI prints the message (no traceback) and exits with code 2.
+Raised before any compute; the CLI prints the message (no traceback) and exits with code 2. A UserError survives
+pickling (a sweep worker's error reaches the sweep whole), and its message is always one line: newlines inside a
+quoted value or an exception's text are folded into spaces.
 """
 
 from __future__ import annotations
+
+import re
+
+_LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 
 
 class UserError(Exception):
@@ -13,7 +19,10 @@ class UserError(Exception):
 
     def __init__(self, field: str, rule: str, fix: str):
         self.field, self.rule, self.fix = field, rule, fix
-        super().__init__(f"{field}: {rule}. Fix: {fix}")
+        super().__init__(_LINE_BREAKS.sub(" ", f"{field}: {rule}. Fix: {fix}"))
+
+    def __reduce__(self):
+        return type(self), (self.field, self.rule, self.fix)
 
 
 class DataWarning(UserWarning):

@@ -1,22 +1,31 @@
-"""File helpers shared by every writer and reader, so that nothing half-written ever looks complete.
+"""File helpers shared by every writer and reader, so that nothing half-written ever looks complete and no file a user
+hands in ends in a traceback.
 
 - `dumps_strict`: JSON text that other tools can parse: NaN and infinity are refused, never written.
+- `loads_strict`: JSON text in, refusing the non-standard tokens NaN, Infinity and -Infinity that Python accepts.
+- `read_text_utf8`: a file's text, or a UserError naming the file and the byte offset where it stops being UTF-8.
 - `write_json_atomic`: write a JSON file under a temporary name, then rename it into place.
+- `write_error`: an OSError from a write (a full disk above all) as a UserError naming the path and the bytes needed.
 - `read_json_object`: read a JSON object, or fail with a UserError naming the file.
 - `staged_directory`: build a directory beside its destination and swap it in whole. An earlier directory at the
   destination is replaced only once the new one is complete, and it is put back if anything fails.
+- `removing_new_entries`: a block whose failure removes every file it added to a directory.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from batchscale.errors import UserError
+
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def dumps_strict(obj, indent: int | None = None) -> str:
@@ -24,22 +33,79 @@ def dumps_strict(obj, indent: int | None = None) -> str:
     return json.dumps(obj, indent=indent, allow_nan=False)
 
 
+def _refuse_constant(token: str):
+    raise ValueError(f"{token} is not a JSON value (JSON has no NaN or infinity)")
+
+
+def loads_strict(text: str | bytes):
+    """json.loads that raises ValueError on the tokens NaN, Infinity and -Infinity (Python's json accepts them)."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def decode_error(path: Path, error: UnicodeDecodeError, what: str | None = None, base_offset: int = 0) -> UserError:
+    """A UnicodeDecodeError as a one-line UserError naming the file and the first bad byte's offset in it
+    (`base_offset`: where the decoded chunk starts in the file)."""
+    bad = error.object[error.start:error.start + 1]
+    byte = f"byte 0x{bad.hex()}" if bad else "a byte"
+    offset = base_offset + error.start
+    subject = f"{path} is" if what else "is"
+    return UserError(what or str(path), f"{subject} not UTF-8 text ({byte} at offset {offset}: {error.reason})",
+                     "give a UTF-8 text file (is this a binary file, or another encoding?)")
+
+
+def read_text_utf8(path: Path, what: str | None = None) -> str:
+    """The text of `path`; an unreadable or non-UTF-8 file is a UserError naming it (`what`: the option it came from)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(what or str(path), f"cannot read {path} ({e.strerror or e})", "check the path and its "
+                        "permissions") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise decode_error(path, e, what) from None
+
+
+def write_error(path: Path, error: OSError, needed_bytes: int | None = None) -> UserError:
+    """An OSError raised while writing `path` as a one-line UserError: a full disk names the path and the bytes the
+    write needed (when known); anything else names the path and the system's reason."""
+    if error.errno in FULL_DISK_ERRNOS:
+        needed = f" (the write needed {needed_bytes:,} bytes)" if needed_bytes else ""
+        return UserError(str(path), f"cannot be written: no space left on the device{needed}",
+                         "free space on that file system or write somewhere else")
+    return UserError(str(path), f"cannot be written ({error.strerror or error})",
+                     "check that the directory exists and is writable")
+
+
 def write_json_atomic(path: Path, obj) -> None:
     path = Path(path)
     text = dumps_strict(obj, indent=2) + "\n"  # serialize first: a refused value leaves no temporary file
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, e, len(text.encode())) from None
 
 
 def read_json_object(path: Path) -> dict:
+    path = Path(path)
     try:
-        data = json.loads(Path(path).read_bytes())
-    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError and UnicodeDecodeError alike
+        data = loads_strict(path.read_bytes().decode("utf-8"))  # JSON is UTF-8 (RFC 8259): no guessing at UTF-16
+    except UnicodeDecodeError as e:
+        raise decode_error(path, e) from None
+    except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, or a NaN/Infinity token
         raise UserError(f"{path}", f"is not readable JSON ({e})", "regenerate it") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}", "must hold a JSON object", "regenerate it")
     return data
+
+
+def unique_suffix() -> str:
+    """A name part no other process (on any host sharing the directory) will pick: pid plus a random token."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 @contextmanager
@@ -47,14 +113,13 @@ def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
     """Yield an empty directory beside `out`; when the block succeeds it becomes `out`, else it is removed."""
     out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.parent / f".{out.name}.{purpose}-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = out.parent / f".{out.name}.{purpose}-{unique_suffix()}"
     staging.mkdir()
     replaced = None
     try:
         yield staging
         if out.is_dir() and any(out.iterdir()):
-            replaced = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            replaced = out.parent / f".{out.name}.replaced-{unique_suffix()}"
             out.rename(replaced)
         elif out.is_dir():
             out.rmdir()
@@ -65,4 +130,26 @@ def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
         if replaced is not None and replaced.exists() and not out.exists():
             replaced.rename(out)  # put the earlier directory back
+        raise
+
+
+@contextmanager
+def removing_new_entries(directory: Path) -> Iterator[None]:
+    """If the block fails, remove every entry it added directly under `directory` (which it may also have created).
+    An OSError the block raises without naming a file (a full disk inside a library's write) becomes a UserError
+    naming `directory`."""
+    directory = Path(directory)
+    existed = directory.is_dir()
+    before = {p.name for p in directory.iterdir()} if existed else set()
+    try:
+        yield
+    except BaseException as e:
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if path.name not in before:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+            if not existed and not any(directory.iterdir()):
+                directory.rmdir()
+        if isinstance(e, OSError) and e.errno is not None:
+            raise write_error(Path(e.filename) if e.filename else directory, e) from None
         raise

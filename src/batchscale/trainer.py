@@ -11,13 +11,16 @@ GRPO, PPO and ReMax share this loop, which has no per-algorithm branch: it asks 
 `needs_greedy_baseline` it also generates one greedy response per prompt and scores it (timed on its own as
 `time/generate_baseline`); with `needs_critic` it holds a `critic.Critic`, computes its values before the advantages
 and updates it after the actor (both timed as `time/train_critic`, apart from the actor's `time/train`).
+
+Health (health.py): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
+or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
+console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
 """
 
 from __future__ import annotations
 
 import copy
 import platform
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +30,23 @@ import numpy as np
 import torch
 
 from batchscale import __version__
-from batchscale.algorithms.registry import Algorithm, get_algorithm
 from batchscale.algorithms.advantages import AdvantageInputs
+from batchscale.algorithms.registry import Algorithm, get_algorithm
 from batchscale.batching import collate
 from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
 from batchscale.cpu import cpu_model, kernel_flags
 from batchscale.critic import Critic, build_critic
+from batchscale.health import CollapseWatch, check_parameters, check_record, check_rewards
+from batchscale.optimization import build_optimizer
 from batchscale.policy.load import Policy, load_policy
+from batchscale.precision import resolve_compute_dtype
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
-from batchscale.tasks import build_task
 from batchscale.rundir import RunDescriptor, RunLog, check_out_dir, summarize_run
+from batchscale.rundir.staging import run_destination
+from batchscale.tasks import build_task
 from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.telemetry.timers import PhaseTimer
-from batchscale.optimization import build_optimizer
-from batchscale.precision import resolve_compute_dtype
 from batchscale.update import update_policy
 
 
@@ -69,20 +74,26 @@ def run_descriptor(cfg: Config) -> RunDescriptor:
     )
 
 
-def evaluate(policy: Policy, engine, task, max_new_tokens: int) -> dict:
+def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, reward_spec: str = "") -> dict:
     examples = task.eval_examples()
     prompts = policy.format_prompts([e.prompt for e in examples])
     rollouts = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
-    return {"eval/accuracy": float(np.mean(task.accuracy(rollouts.texts, examples))),
-            "eval/reward": float(np.mean(task.score(rollouts.texts, examples))),
+    answers = [e.answer for e in examples]
+    accuracy, scores = task.accuracy(rollouts.texts, examples), task.score(rollouts.texts, examples)
+    for what, values in (("eval accuracy", accuracy), ("eval reward", scores)):
+        check_rewards(step, values, reward_spec, rollouts.texts, answers, what=what)
+    return {"eval/accuracy": float(np.mean(accuracy)), "eval/reward": float(np.mean(scores)),
             "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
 
 
-def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingParams) -> torch.Tensor:
+def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingParams, step: int = 0,
+                   reward_spec: str = "") -> torch.Tensor:
     """(P,) reward of one greedy response per prompt: ReMax's baseline."""
     greedy = SamplingParams(sampling.temperature, sampling.top_p, sampling.max_new_tokens, greedy=True)
     rollouts = engine.generate(policy.format_prompts([ex.prompt for ex in examples]), greedy)
-    return torch.tensor(task.score(rollouts.texts, examples), dtype=torch.float32)
+    scores = task.score(rollouts.texts, examples)
+    check_rewards(step, scores, reward_spec, rollouts.texts, [ex.answer for ex in examples], what="baseline reward")
+    return torch.tensor(scores, dtype=torch.float32)
 
 
 @dataclass
@@ -109,6 +120,14 @@ def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
     plan = derive_plan(cfg)
     algorithm = get_algorithm(cfg.algorithm.name)
     task = build_task(cfg.task)
+    try:
+        return _build_run(cfg, plan, algorithm, task, log)
+    except BaseException:
+        task.close()  # a user reward's worker process must not outlive a failed start
+        raise
+
+
+def _build_run(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Callable[[str], None]) -> Run:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     torch.manual_seed(cfg.run.seed)
@@ -133,22 +152,31 @@ def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
           log: Callable[[str], None] = print) -> dict:
-    """Run one configuration to its sample budget; returns the summary also written into the run directory."""
+    """Run one configuration to its sample budget; returns the summary also written into the run directory.
+
+    An earlier run at `out_dir` (with `overwrite`) is replaced only when the new one finishes (rundir.run_destination).
+    A non-finite reward, loss or gradient norm stops the run at that step with a UserError (health.py)."""
     run_dir = Path(out_dir)
     check_out_dir(run_dir, overwrite)
-    run = build_run(cfg, log)  # the task's data is read and checked before any compute
-    plan, policy, engine, task = run.plan, run.policy, run.engine, run.task
-    emit = on_record or (lambda record: None)
+    run = build_run(cfg, log)  # the task's data is read and checked, a user reward's worker started, before compute
+    try:
+        with run_destination(run_dir, overwrite) as write_dir:
+            return train_into(write_dir, run, on_record or (lambda record: None), log)
+    finally:
+        run.task.close()
 
-    if overwrite and run_dir.is_dir():
-        shutil.rmtree(run_dir)  # check_out_dir allowed it: a run of batchscale's own
+
+def train_into(run_dir: Path, run: Run, emit: Callable[[dict], None], log: Callable[[str], None]) -> dict:
+    """The loop: eval at 0, then steps and periodic evals to the budget; summary.json last."""
+    cfg, plan = run.cfg, run.plan
     descriptor = run_descriptor(cfg)
     runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
     mirror = TensorBoardMirror(run_dir) if cfg.run.tensorboard else None
     start = time.perf_counter()
-    records = []
+    records, notes, collapse = [], [], CollapseWatch()
 
     def write(record: dict) -> None:
+        check_record(record, plan.lr)  # nothing non-finite reaches the writer: the run stops unfinished here
         runlog.write(record)
         records.append(record)
         if mirror is not None:
@@ -159,7 +187,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
 
     def eval_now(step: int) -> dict:
         t0 = time.perf_counter()
-        metrics = evaluate(policy, engine, task, cfg.sampling.max_new_tokens)
+        metrics = evaluate(run.policy, run.engine, run.task, cfg.sampling.max_new_tokens, step, cfg.task.reward)
         record = {"kind": "eval", "step": step, "samples": samples, "wall_s": time.perf_counter() - start,
                   **metrics, "time/eval": time.perf_counter() - t0}
         write(record)
@@ -173,6 +201,10 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
             samples += plan.samples_per_step
             record.update(samples=samples, wall_s=time.perf_counter() - start)
             write(record)
+            check_parameters(step, run.policy.model, plan.lr)  # after the record: its finite numbers are kept
+            if (warning := collapse.update(record)) is not None:
+                notes.append(warning)
+                log(f"warning: {warning}")
             if samples >= next_eval or step == plan.num_steps:
                 eval_now(step)
                 while next_eval <= samples:
@@ -181,7 +213,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
         runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
         if mirror is not None:
             mirror.close()
-    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(run))
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(run), notes=notes)
     runlog.finish(summary)
     return summary.model_dump(mode="json")
 
@@ -196,14 +228,17 @@ def run_step(step: int, run: Run) -> dict:
         grouped = [ex for ex in examples for _ in range(plan.samples_per_prompt)]  # prompt-major: (P, G)
         with timer.phase("generate"):
             rollouts = run.engine.generate(run.policy.format_prompts([ex.prompt for ex in grouped]), run.sampling)
-        rewards = torch.tensor(run.task.score(rollouts.texts, grouped), dtype=torch.float32)  # (N,)
+        scores = run.task.score(rollouts.texts, grouped)
+        check_rewards(step, scores, cfg.task.reward, rollouts.texts, [ex.answer for ex in grouped])
+        rewards = torch.tensor(scores, dtype=torch.float32)  # (N,)
         batch = collate(rollouts.prompt_ids, rollouts.response_ids, run.policy.tokenizer.pad_token_id, device)
         inputs = AdvantageInputs(rewards.to(device), batch.response_mask, plan.samples_per_prompt,
                                  cfg.algorithm.normalize_std, gamma=cfg.algorithm.gamma,
                                  gae_lambda=cfg.algorithm.gae_lambda, whiten=cfg.algorithm.whiten_advantages)
         if algorithm.needs_greedy_baseline:
             with timer.phase("generate_baseline"):
-                baseline = greedy_rewards(run.policy, run.engine, run.task, examples, run.sampling)  # (P,)
+                baseline = greedy_rewards(run.policy, run.engine, run.task, examples, run.sampling, step,
+                                          cfg.task.reward)  # (P,)
                 inputs.baseline_rewards = baseline.to(device)
         if algorithm.needs_critic:
             with timer.phase("train_critic"):  # the critic's forward at rollout time is critic work too

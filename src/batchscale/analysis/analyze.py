@@ -37,6 +37,7 @@ def analyze(
     out: Path | None = None,
     smooth_window: int = 1,
     seed: int = 0,
+    allow_mixed: bool = False,
 ) -> dict:
     """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
     analysis.json document. DataWarnings (censoring, skipped dirs, target outside the scores) are also listed in
@@ -47,7 +48,7 @@ def analyze(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
-        result, details = compute_analysis(Path(path), target, reference, smooth_window, seed)
+        result, details = compute_analysis(Path(path), target, reference, smooth_window, seed, allow_mixed)
     details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -115,11 +116,13 @@ def resolve_target(target: float | None, reference_summary: dict, all_scores: np
     return float(target), rule
 
 
-def compute_analysis(path: Path, target, reference, smooth_window: int, seed: int) -> tuple[dict, dict]:
-    """(analysis.json document, details for plots and report)."""
+def compute_analysis(path: Path, target, reference, smooth_window: int, seed: int,
+                     allow_mixed: bool = False) -> tuple[dict, dict]:
+    """(analysis.json document, details for plots and report); runs of different tasks or models only with
+    allow_mixed (analysis.runs.load_runs)."""
     if smooth_window < 1:
         raise UserError("smooth_window", "must be >= 1 eval point", "use 1 for no smoothing")
-    by_label = load_runs(path)
+    by_label = load_runs(path, allow_mixed)
     if reference is not None and reference not in by_label:
         raise UserError("--reference", f"unknown label {reference!r}; labels: {sorted(by_label)}", "pass one of them")
     reference = reference or choose_reference(by_label)

@@ -27,13 +27,17 @@ def analyze(
     ] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default: PATH).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the analysis.json document.")] = False,
+    allow_mixed: Annotated[
+        bool, typer.Option("--allow-mixed", help="Compare runs of different tasks or models (refused by default).")
+    ] = False,
 ) -> None:
     """Compare runs at equal cumulative samples: N* per label with bootstrap CIs, rN, alignment, B_simple."""
     from batchscale.analysis.analyze import analyze as run_analysis
+    from batchscale.files import removing_new_entries
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DataWarning)
-        result = run_analysis(path, target=target, reference=reference, out=out)
+    with warnings.catch_warnings(record=True) as caught, removing_new_entries(out if out is not None else path):
+        warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
+        result = run_analysis(path, target=target, reference=reference, out=out, allow_mixed=allow_mixed)
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
     if json_out:

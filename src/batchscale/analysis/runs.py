@@ -3,6 +3,10 @@
 Accepted inputs: one run directory, a directory of run directories, or a sweep directory with
 `runs/<label>__s<seed>/`. A run without a scored eval record is skipped with a warning; within a label, seeds must be
 distinct and agree on the batch.
+
+Runs of different tasks or models measure different things, so comparing them is refused unless the user asks for it
+(`allow_mixed`, the commands' --allow-mixed), and then warned about; the message lists which runs hold which task and
+model. A run whose descriptor does not say (an import without `task`/`model`) is compared on what it says.
 """
 
 from __future__ import annotations
@@ -11,16 +15,49 @@ import warnings
 from pathlib import Path
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.rundir import Run, find_run_dirs, primary_eval_score, read_run
+from batchscale.rundir import Run, RunDescriptor, find_run_dirs, primary_eval_score, read_run
+from batchscale.rundir.run import read_descriptor
 
-__all__ = ["Run", "load_runs"]
+__all__ = ["Run", "check_mixed_runs", "check_one_task_and_model", "load_runs"]
+
+NAMES_SHOWN = 3  # run directories named per (task, model) group in the message
 
 
-def load_runs(path: Path) -> dict[str, list[Run]]:
-    """All runs under `path` with at least one scored eval, grouped by label, seeds sorted. Raises if none remain."""
+def check_one_task_and_model(runs: list[tuple[Path, RunDescriptor]], allow_mixed: bool = False) -> None:
+    """Refuse (or, with allow_mixed, warn about) runs of more than one task or model, naming which runs differ."""
+    tasks = {d.task for _, d in runs if d.task is not None}
+    models = {d.model for _, d in runs if d.model is not None}
+    if len(tasks) <= 1 and len(models) <= 1:
+        return
+    groups: dict[tuple, list[str]] = {}
+    for path, d in runs:
+        groups.setdefault((d.task, d.model), []).append(Path(path).name)
+    parts = []
+    for (task, model), names in sorted(groups.items(), key=lambda item: (str(item[0][0]), str(item[0][1]))):
+        shown = ", ".join(names[:NAMES_SHOWN]) + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+        parts.append(f"task {task} / model {model}: {shown}")
+    differs = " and ".join(kind for kind, values in (("tasks", tasks), ("models", models)) if len(values) > 1)
+    listing = "; ".join(parts)
+    if allow_mixed:
+        warnings.warn(f"comparing runs of different {differs} (--allow-mixed): {listing}", DataWarning, stacklevel=2)
+        return
+    raise UserError("runs", f"hold different {differs}, which measure different things ({listing})",
+                    "analyse each task and model on its own, or pass --allow-mixed to compare them anyway")
+
+
+def check_mixed_runs(path: Path, allow_mixed: bool = False) -> None:
+    """`check_one_task_and_model` over the runs under `path`, reading only their run.json."""
+    check_one_task_and_model([(run_dir, read_descriptor(run_dir)) for run_dir in find_run_dirs(path)], allow_mixed)
+
+
+def load_runs(path: Path, allow_mixed: bool = False) -> dict[str, list[Run]]:
+    """All runs under `path` with at least one scored eval, grouped by label, seeds sorted. Raises if none remain,
+    and (unless allow_mixed) if they are runs of different tasks or models."""
     by_label: dict[str, list[Run]] = {}
-    for run_dir in find_run_dirs(path):
-        run = read_run(run_dir)
+    runs = [read_run(run_dir) for run_dir in find_run_dirs(path)]
+    check_one_task_and_model([(run.path, run.descriptor) for run in runs], allow_mixed)
+    for run in runs:
+        run_dir = run.path
         if not any(primary_eval_score(r) is not None for r in run.evals):
             warnings.warn(f"skipping {run_dir}: no eval record with eval/accuracy or eval/score", DataWarning)
             continue

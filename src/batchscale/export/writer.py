@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.files import staged_directory
+from batchscale.files import staged_directory, write_error
 
 MANIFEST = "sweep.json"
 
@@ -36,7 +36,10 @@ def write_export_dir(out: Path, files: dict[str, str], executable: set[str], ove
     with staged_directory(out, "exporting") as staging:
         for name, text in files.items():
             path = staging / name
-            path.write_text(text)
+            try:
+                path.write_text(text)
+            except OSError as e:  # a full disk: name the file, and the staged directory is removed
+                raise write_error(Path(out) / name, e, len(text.encode())) from None
             if name in executable:
                 path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return Path(out).absolute()

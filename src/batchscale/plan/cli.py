@@ -41,10 +41,14 @@ def plan(
     context: Annotated[int, typer.Option("--context", help="Tokens per sequence for the KV-cache bound.")] = 2048,
     mem_util: Annotated[float, typer.Option("--mem-util", help="Usable fraction of device memory.")] = 0.9,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    allow_mixed: Annotated[
+        bool, typer.Option("--allow-mixed", help="Plan over runs of different tasks or models (refused by default).")
+    ] = False,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref)."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
+
 
     if (model is None) != (hardware is None):
         raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
@@ -52,6 +56,10 @@ def plan(
     decision, explanation, regime, source = make_plan(
         path, table, reference, generation_profile, critical_generation_batch, critical_training_batch, memory
     )
+    if path is not None:
+        from batchscale.analysis.runs import check_mixed_runs
+
+        check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused, or warned about
     if json_out:
         sys.stdout.write(json.dumps(plan_document(decision, explanation, regime, source).to_json(), indent=2) + "\n")
     else:

@@ -14,10 +14,12 @@ Every rule broken raises `UserError` naming the file, the row (1-based line numb
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import read_text_utf8
 from batchscale.plan.decide import ConfigMeasurement
 
 REQUIRED_COLUMNS = ("label", "samples_to_target", "throughput")
@@ -31,7 +33,8 @@ def load_table(path: Path) -> list[ConfigMeasurement]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"--table {path}", "is not a readable file", "give the path of a CSV file")
-    with path.open(newline="", encoding="utf-8-sig") as f:
+    text = read_text_utf8(path, f"--table {path}").removeprefix("\ufeff")  # a byte-order mark is no column
+    with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:

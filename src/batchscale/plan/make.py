@@ -5,6 +5,7 @@ disagree.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from batchscale.errors import UserError
@@ -44,8 +45,8 @@ def make_plan(
         gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
     for name, value in (("--critical-generation-batch", critical_generation_batch),
                         ("--critical-training-batch", critical_training_batch)):  # fmt: skip
-        if value is not None and not value > 0:
-            raise UserError(name, f"must be a positive number of samples, got {value}", "pass a positive number")
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise UserError(name, f"must be a positive finite number of samples, got {value}", "pass a positive number")
     if memory is not None:
         measurements = apply_memory_limit(measurements, memory)
         source["memory"] = {"model": memory.model, "hardware": memory.hardware, "context": memory.context,

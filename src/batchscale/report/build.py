@@ -31,9 +31,9 @@ def build_report(
 
 
 def write_report(sweep_dir: Path, generation_profile: Path | None = None, training_profile: Path | None = None,
-                 out_dir: Path | None = None) -> dict:
+                 out_dir: Path | None = None, allow_mixed: bool = False) -> dict:
     """As `build_report`, returning {"report_html", "report_md", "figures", "plan"} (paths as Path objects)."""
-    inputs = gather_inputs(Path(sweep_dir), generation_profile, training_profile)
+    inputs = gather_inputs(Path(sweep_dir), generation_profile, training_profile, allow_mixed)
     out_dir = Path(out_dir) if out_dir is not None else Path(sweep_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with make_work_dir(out_dir) as scratch:

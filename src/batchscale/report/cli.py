@@ -26,26 +26,34 @@ def report(
         Optional[Path], typer.Option("--training-profile", help="JSON of `profile training --json`.")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    allow_mixed: Annotated[
+        bool, typer.Option("--allow-mixed", help="Report on runs of different tasks or models (refused by default).")
+    ] = False,
 ) -> None:
-    """One offline HTML page (and Markdown): the decision, its table, the curves, throughput and how it was measured."""
-    from batchscale.rundir import ANALYSIS_FILE
+    """One offline HTML page (and Markdown): the decision, its table, the curves, throughput and how it was measured.
+
+    A report that fails removes what it wrote, the analysis.json it created included, so a rerun starts clean."""
+    from batchscale.files import removing_new_entries
+    from batchscale.rundir import ANALYSIS_FILE, GenerationProfile, TrainingProfile, read_document
     from batchscale.report.build import write_report
 
     if not sweep_dir.is_dir():
         raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
-    for option, path in (("--generation-profile", generation_profile), ("--training-profile", training_profile)):
-        if path is not None and not path.is_file():  # checked before analysis writes anything
-            raise UserError(f"{option} {path}", "is not a file", "save the profile's --json output to it")
-    if not (sweep_dir / ANALYSIS_FILE).is_file():
-        from batchscale.analysis.analyze import analyze
+    for option, path, kind in (("--generation-profile", generation_profile, GenerationProfile),
+                               ("--training-profile", training_profile, TrainingProfile)):
+        if path is not None:  # read whole before analysis writes anything
+            read_document(path, kind, option)
+    with removing_new_entries(sweep_dir):
+        if not (sweep_dir / ANALYSIS_FILE).is_file():
+            from batchscale.analysis.analyze import analyze
 
-        typer.echo(f"no analysis.json in {sweep_dir}: analysing the runs first", err=True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DataWarning)
-            analyze(sweep_dir)
-        for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
-            typer.echo(f"warning: {message}", err=True)
-    written = write_report(sweep_dir, generation_profile, training_profile)
+            typer.echo(f"no analysis.json in {sweep_dir}: analysing the runs first", err=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DataWarning)
+                analyze(sweep_dir, allow_mixed=allow_mixed)
+            for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
+                typer.echo(f"warning: {message}", err=True)
+        written = write_report(sweep_dir, generation_profile, training_profile, allow_mixed=allow_mixed)
     if json_out:
         document = {"report_html": str(written["report_html"]), "report_md": str(written["report_md"]),
                     "figures": [str(p) for p in written["figures"]], **written["plan"]}

@@ -35,8 +35,10 @@ class ReportInputs:
     runs_with_summary: int = 0
 
 
-def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_profile: Path | None) -> ReportInputs:
-    """Plan the sweep and read what the report needs; raises UserError (before anything is written) on bad input."""
+def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_profile: Path | None,
+                  allow_mixed: bool = False) -> ReportInputs:
+    """Plan the sweep and read what the report needs; raises UserError (before anything is written) on bad input,
+    and on runs of different tasks or models unless allow_mixed."""
     from batchscale.analysis.analyze import compute_analysis
     from batchscale.plan.make import make_plan, plan_document
 
@@ -48,7 +50,7 @@ def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_pro
     analysis = read_document(sweep_dir / ANALYSIS_FILE, AnalysisDocument)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # analyze already reported them when it wrote analysis.json
-        _, details = compute_analysis(sweep_dir, analysis.target, analysis.reference, 1, 0)
+        _, details = compute_analysis(sweep_dir, analysis.target, analysis.reference, 1, 0, allow_mixed)
     generation_path = Path(plan.generation_profile) if plan.generation_profile else None
     training_path = find_training_profile(sweep_dir, training_profile)
     machine, total, with_summary = read_machine(sweep_dir)

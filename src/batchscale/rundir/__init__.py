@@ -7,6 +7,9 @@
     analysis.json, plan.json, profiles/generation.json,        documents.py: AnalysisDocument, PlanDocument,
     profiles/training.json                                     GenerationProfile, TrainingProfile
 
+    <sweep>/sweep.lock                                          lock.py: SweepLock, one sweep per directory at a time
+    staging of runs and sweep points                           staging.py: run_destination, sweep_staging_dir
+
 A new format, or a new key in one, is added here and nowhere else.
 """
 

@@ -23,7 +23,6 @@ generation_batch = samples_per_step. A summary.json without one is rebuilt from 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -34,7 +33,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.files import dumps_strict, read_json_object, staged_directory, write_json_atomic
+from batchscale.files import (decode_error, dumps_strict, loads_strict, read_json_object, staged_directory,
+                              write_error, write_json_atomic)
 
 METRICS_FILE = "metrics.jsonl"
 DESCRIPTOR_FILE = "run.json"
@@ -221,16 +221,26 @@ class RunLog:
 
     def __init__(self, run_dir: Path, descriptor: RunDescriptor, config: dict | None = None):
         self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise write_error(self.dir, e) from None
         write_json_atomic(self.dir / DESCRIPTOR_FILE, descriptor.to_json())
         if config is not None:
             write_json_atomic(self.dir / CONFIG_FILE, config)
-        self._file = open(self.dir / METRICS_FILE, "a", encoding="utf-8")
+        try:
+            self._file = open(self.dir / METRICS_FILE, "a", encoding="utf-8")
+        except OSError as e:
+            raise write_error(self.dir / METRICS_FILE, e) from None
 
     def write(self, record: dict) -> None:
-        self._file.write(dumps_record(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        line = dumps_record(record) + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            raise write_error(self.dir / METRICS_FILE, e, len(line.encode())) from None
 
     def finish(self, summary: RunSummary) -> None:
         self.close()
@@ -238,7 +248,10 @@ class RunLog:
 
     def close(self) -> None:
         if not self._file.closed:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:  # a full disk fails the buffered flush again; write() has reported it already
+                pass
 
 
 def write_run(out: Path, descriptor: RunDescriptor, records: list[dict], summary: RunSummary,
@@ -248,7 +261,11 @@ def write_run(out: Path, descriptor: RunDescriptor, records: list[dict], summary
     lines = [dumps_record(record) + "\n" for record in records]
     check_out_dir(out, overwrite)
     with staged_directory(out, "writing") as staging:
-        (staging / METRICS_FILE).write_text("".join(lines))
+        text = "".join(lines)
+        try:
+            (staging / METRICS_FILE).write_text(text)
+        except OSError as e:
+            raise write_error(Path(out) / METRICS_FILE, e, len(text.encode())) from None
         write_json_atomic(staging / DESCRIPTOR_FILE, descriptor.to_json())
         if config is not None:
             write_json_atomic(staging / CONFIG_FILE, config)
@@ -278,7 +295,8 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         raise UserError("--out", f"{out} is a non-empty directory without a run (batchscale replaces only a run it "
                         "wrote)", "choose a new or empty --out")
     if not overwrite:
-        raise UserError("--out", f"{out} already holds a run", "choose another --out or pass --overwrite")
+        state = "a run" if is_finished_run(out) else "an unfinished run (no summary.json)"
+        raise UserError("--out", f"{out} already holds {state}", "choose another --out or pass --overwrite")
 
 
 # --- reader ---------------------------------------------------------------------------------------------------------
@@ -328,16 +346,20 @@ def read_records(run_dir: Path) -> list[dict]:
         raise UserError(str(path), "is missing", "point at a run directory that has started training")
     lines = path.read_bytes().split(b"\n")  # a final fragment without its newline is a line cut by a crash
     records = []
+    offset = 0  # of the line in the file, in bytes
     for i, line in enumerate(lines):
+        offset, line_offset = offset + len(line) + 1, offset
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            record = loads_strict(line)  # NaN and Infinity are no JSON: never written, so refused when read
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, a NaN token
             if i == len(lines) - 1:
                 warnings.warn(f"{path}: dropping the truncated last line {i + 1} (the run was interrupted while "
                               "writing it)", DataWarning, stacklevel=2)
                 continue
+            if isinstance(e, UnicodeDecodeError):
+                raise decode_error(path, e, f"{path} line {i + 1}", line_offset) from None
             raise UserError(f"{path} line {i + 1}", f"is not valid JSON ({e})",
                             "repair or remove the run directory") from None
         if isinstance(record, dict) and record.get("kind") not in RECORD_KINDS:

@@ -1,8 +1,14 @@
 """Run a sweep's points, resumably, on an executor; report progress as runs finish and records arrive.
 
-Each point trains into a hidden staging directory `runs/.<name>.partial/` and is renamed to `runs/<name>/` only after
-its summary is written, so a directory under runs/ is always a finished run. A rerun skips finished runs and deletes
-and restarts staged ones, so a sweep killed at any moment and rerun has every record exactly once.
+Each point trains into a staging directory `runs/.<name>.partial-<pid>-<token>/` whose name the sweep picks for it
+(rundir.staging), and the sweep that started the point moves it to `runs/<name>/` when the point's worker reports
+success. A directory under runs/ is therefore always a finished run moved there by the sweep that trained it. A sweep
+holds the directory's lock (rundir.lock) from before it looks at runs/ until its last run is in place, so a rerun never
+races a live sweep: it skips finished runs, removes every staging directory (none belongs to a live process), removes
+run directories without a summary, and restarts those points cleanly; every record exists exactly once.
+
+Workers die with the sweep (batchscale.processes): a sweep killed with SIGKILL leaves no worker training on, and no
+late result can be renamed into runs/, because only the sweep process renames.
 
 Cores are split, not oversubscribed: with W workers on C cores each run uses max(1, C // W) torch threads.
 """
@@ -14,26 +20,35 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscale.sweep.spec import Point
 from batchscale.rundir import is_finished_run, read_run, sweep_runs_dir, write_sweep_points
+from batchscale.rundir.staging import clear_staging
+from batchscale.sweep.spec import Point
+
+_events = None  # a local pool worker's progress queue, set by init_worker
 
 
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def staging_dir(sweep_dir: Path, name: str) -> Path:
-    return sweep_runs_dir(sweep_dir) / f".{name}.partial"
+def init_worker(events, parent_pid: int) -> None:
+    """First thing in a local pool worker: die with the sweep, and keep its progress queue."""
+    from batchscale.processes import die_with_parent
+
+    global _events
+    die_with_parent(parent_pid)
+    _events = events
 
 
-def run_point(config_data: dict, sweep_dir: str, name: str, threads: int, events=None) -> dict:
-    """Train one point into its staging directory, then move it into place. Runs in a worker process."""
+def run_point(config_data: dict, staging: str, name: str, threads: int, events=None) -> dict:
+    """Train one point into `staging` (a fresh directory the sweep named); returns its summary. Runs in a worker
+    process; the sweep moves `staging` into place."""
     from batchscale.config import validate_config
     from batchscale.trainer import train
 
     config_data = {**config_data, "run": {**config_data["run"], "threads": threads}}
     cfg = validate_config(config_data)
-    staging, final = staging_dir(Path(sweep_dir), name), sweep_runs_dir(sweep_dir) / name
+    events = events if events is not None else _events
     post = events.put if events is not None else (lambda event: None)
     post(("start", name, None))
 
@@ -41,10 +56,16 @@ def run_point(config_data: dict, sweep_dir: str, name: str, threads: int, events
         keep = ("kind", "samples", "reward/mean", "eval/accuracy")
         post(("record", name, {k: record[k] for k in keep if k in record}))
 
-    summary = train(cfg, staging, overwrite=True, on_record=on_record, log=lambda line: None)
-    os.replace(staging, final)
+    summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None)
     post(("done", name, summary))
     return summary
+
+
+def adopt(staging: Path, sweep_dir: Path, name: str) -> Path:
+    """Move a point this sweep trained (its worker reported success) into runs/<name>/."""
+    final = sweep_runs_dir(sweep_dir) / name
+    os.replace(staging, final)
+    return final
 
 
 @dataclass
@@ -54,16 +75,17 @@ class SweepState:
 
 
 def prepare_sweep_dir(points: list[Point], sweep_dir: Path) -> SweepState:
-    """Decide what is left to run; clear the staging of interrupted runs. Records the sweep's points in sweep.json."""
+    """Decide what is left to run and clear what interrupted sweeps left (call while holding the sweep lock).
+    Records the sweep's points in sweep.json."""
     runs = sweep_runs_dir(sweep_dir)
     runs.mkdir(parents=True, exist_ok=True)
+    clear_staging(sweep_dir)
     finished, todo = [], []
     for point in points:
         final = runs / point.name
         if is_finished_run(final):
             finished.append(point)
             continue
-        shutil.rmtree(staging_dir(sweep_dir, point.name), ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)  # a run directory without a summary did not finish
         todo.append(point)
     write_sweep_points(sweep_dir, [{"name": p.name, "label": p.label, "seed": p.seed} for p in points])

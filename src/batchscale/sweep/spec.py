@@ -49,6 +49,9 @@ def set_dotted(data: dict, key: str, value, where: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise UserError(f"{where}.{key}", f"{part} is a value, not a section", "override a leaf key like batch.prompts_per_step")
+    if isinstance(value, dict):  # TOML read "a.b" = {...} or an unquoted a.b = ... as a table
+        raise UserError(f"{where}.{key}", f"must be a value, got the table {value!r:.60}",
+                        'quote dotted keys: "batch.prompts_per_step" = 8')
     node[parts[-1]] = value
 
 
@@ -62,6 +65,33 @@ def expand(table: dict, where: str) -> list[dict]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
 
 
+# What each top-level key must be: (python type, how the message names it, an example)
+SWEEP_KEY_TYPES = {
+    "base": (str, "a string (a run config's path, relative to the sweep file)", 'base = "grpo-tiny.toml"'),
+    "seeds": (list, "an array of integers >= 0", "seeds = [0, 1]"),
+    "set": (dict, "a table of dotted keys", '[set] then "run.budget_samples" = 8192'),
+    "grid": (dict, "a table of dotted keys to arrays", '[grid] then "batch.prompts_per_step" = [4, 8]'),
+    "points": (list, "an array of tables", '[[points]] then "optim.lr_rule" = "none"'),
+}
+
+
+def check_sweep_types(data: dict, path: Path) -> None:
+    """Every top-level key of a sweep file has the type it must have, and so does every point."""
+    for key, (kind, expected, example) in SWEEP_KEY_TYPES.items():
+        if key in data and not isinstance(data[key], kind):
+            raise UserError(f"{path.name}: {key}", f"must be {expected}, got {type(data[key]).__name__} "
+                            f"{data[key]!r:.60}", f"write e.g. {example}")
+    for i, point in enumerate(data.get("points", [])):
+        if not isinstance(point, dict):
+            raise UserError(f"{path.name}: points[{i}]", f"must be a table of dotted keys, got "
+                            f"{type(point).__name__} {point!r:.60}", 'write [[points]] then "optim.lr_rule" = "none"')
+    seeds = data.get("seeds")
+    if seeds is not None and (not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                   for s in seeds)):
+        raise UserError(f"{path.name}: seeds", f"must be a non-empty array of integers >= 0, got {seeds!r:.60}",
+                        "write e.g. seeds = [0, 1]")
+
+
 def load_sweep(path: Path, overrides: list[str] = ()) -> list[Point]:
     path = Path(path)
     data = read_toml(path)
@@ -69,6 +99,7 @@ def load_sweep(path: Path, overrides: list[str] = ()) -> list[Point]:
     if unknown:
         raise UserError(f"{path.name}: {sorted(unknown)[0]}", "unknown key in a sweep file",
                         f"use {', '.join(sorted(SWEEP_KEYS))}; run settings go under [set]")
+    check_sweep_types(data, path)
     base: dict = {}
     if "base" in data:
         base = read_toml(path.parent / data["base"])
@@ -77,9 +108,8 @@ def load_sweep(path: Path, overrides: list[str] = ()) -> list[Point]:
     base = apply_overrides(base, list(overrides))
     for key, value in data.get("set", {}).items():
         set_dotted(base, key, value, "set")
-    seeds = data.get("seeds", [base.get("run", {}).get("seed", 0)])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise UserError("seeds", f"must be a non-empty list of integers, got {seeds!r}", "write e.g. seeds = [0, 1]")
+    run_section = base.get("run", {})
+    seeds = data.get("seeds", [run_section.get("seed", 0) if isinstance(run_section, dict) else 0])
     combos = expand(data.get("grid", {}), "grid") if data.get("grid") else [{}]
     for i, extra in enumerate(data.get("points", [])):
         combos += expand(extra, f"points[{i}]")

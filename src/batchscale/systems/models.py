@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import read_text_utf8
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def load_config_json(path: str | Path) -> ModelShape:
     if not path.is_file():
         raise UserError("model", f"no config.json at {path}", "pass a preset name or a path to a config.json")
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(read_text_utf8(path, "model"))
     except (OSError, json.JSONDecodeError) as e:
         raise UserError("model", f"cannot read {path} as JSON ({e})", "pass a valid config.json") from None
     if not isinstance(config, dict):

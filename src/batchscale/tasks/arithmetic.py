@@ -32,10 +32,10 @@ class ArithmeticTask(Task):
     name = "arithmetic"
 
     def __init__(self, digits: int = 2, operations: str = "+", template: str = "{a}{op}{b}=", split_seed: int = 0,
-                 eval_size: int = 256, reward: str = "digit_match"):
+                 eval_size: int = 256, reward: str = "digit_match", reward_timeout_s: float = 10.0):
         self.digits, self.operations, self.template = digits, operations, template
         self.split_seed, self.eval_size = split_seed, eval_size
-        self.reward_fn = resolve_reward(reward)
+        self.reward_fn = resolve_reward(reward, reward_timeout_s)
         self.accuracy_fn = integer_match  # eval/accuracy counts exact answers whatever reward training uses
         self.limit = 10**digits
         held_out = self.limit**2 * len(operations) // EVAL_SHARE // 2  # distinct problems, drawn by rejection

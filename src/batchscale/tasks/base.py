@@ -23,7 +23,7 @@ class Example:
 
 class Task:
     name: str
-    reward_fn: RewardFn  # what training optimizes
+    reward_fn: RewardFn  # what training optimizes (a user's reward: a rewards.UserReward, scored in its worker)
     accuracy_fn: RewardFn  # what evaluation reports as eval/accuracy (exact correctness)
 
     def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
@@ -33,7 +33,17 @@ class Task:
         raise NotImplementedError
 
     def score(self, responses: list[str], examples: list[Example]) -> list[float]:
-        return [float(self.reward_fn(r, ex.answer)) for r, ex in zip(responses, examples, strict=True)]
+        from batchscale.tasks.rewards import score_batch
+
+        return score_batch(self.reward_fn, responses, [ex.answer for ex in examples])
 
     def accuracy(self, responses: list[str], examples: list[Example]) -> list[float]:
-        return [float(self.accuracy_fn(r, ex.answer)) for r, ex in zip(responses, examples, strict=True)]
+        from batchscale.tasks.rewards import score_batch
+
+        return score_batch(self.accuracy_fn, responses, [ex.answer for ex in examples])
+
+    def close(self) -> None:
+        """Stop the worker process of a user reward, if there is one (built-in rewards have none)."""
+        for fn in (self.reward_fn, self.accuracy_fn):
+            if hasattr(fn, "close"):
+                fn.close()

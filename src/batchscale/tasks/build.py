@@ -10,7 +10,8 @@ def build_task(cfg) -> Task:
     if cfg.name == "arithmetic":
         from batchscale.tasks.arithmetic import ArithmeticTask
 
-        return ArithmeticTask(cfg.digits, cfg.operations, cfg.template, cfg.split_seed, cfg.eval_size, cfg.reward)
+        return ArithmeticTask(cfg.digits, cfg.operations, cfg.template, cfg.split_seed, cfg.eval_size, cfg.reward,
+                              cfg.reward_timeout_s)
     from batchscale.tasks.data import DataTask
 
-    return DataTask(cfg.path, cfg.eval_path, cfg.eval_size, cfg.reward)
+    return DataTask(cfg.path, cfg.eval_path, cfg.eval_size, cfg.reward, cfg.reward_timeout_s)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from batchscale.errors import UserError
+from batchscale.files import loads_strict, read_text_utf8
 from batchscale.tasks.base import Example, Task
 from batchscale.tasks.rewards import resolve_reward
 
@@ -26,15 +27,21 @@ def _read_rows(path: Path, field: str) -> list[dict]:
             import pyarrow.parquet as pq
         except ImportError:
             raise UserError(field, "reading Parquet needs pyarrow", "pip install pyarrow, or convert the file to JSONL") from None
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid and ArrowIOError derive from these
+            reason = " ".join(str(e).split())[:200]
+            raise UserError(field, f"{path} is not a readable Parquet file ({type(e).__name__}: {reason})",
+                            "rewrite it (e.g. pandas.DataFrame.to_parquet) or convert it to JSONL") from None
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text_utf8(path, field).splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise UserError(f"{field} ({path}:{lineno})", f"not valid JSON ({e.msg})", "write one JSON object per line") from None
+            rows.append(loads_strict(line))
+        except ValueError as e:  # JSONDecodeError, or a NaN/Infinity token
+            reason = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            raise UserError(f"{field} ({path}:{lineno})", f"not valid JSON ({reason})", "write one JSON object per line") from None
     return rows
 
 
@@ -60,9 +67,9 @@ def read_examples(path: Path, field: str) -> list[Example]:
 class DataTask(Task):
     name = "data"
 
-    def __init__(self, path: str, eval_path: str | None = None, eval_size: int = 256, reward: str = "integer_match"):
-        self.reward_fn = self.accuracy_fn = resolve_reward(reward)  # eval/accuracy: the mean reward on held-out rows
-        rows = read_examples(Path(path), "task.path")
+    def __init__(self, path: str, eval_path: str | None = None, eval_size: int = 256, reward: str = "integer_match",
+                 reward_timeout_s: float = 10.0):
+        rows = read_examples(Path(path), "task.path")  # the data first: a bad file fails before a reward worker starts
         if eval_path:
             self._train, self._eval = rows, read_examples(Path(eval_path), "task.eval_path")[:eval_size]
         else:
@@ -70,6 +77,7 @@ class DataTask(Task):
                 raise UserError("task.eval_size", f"holding out {eval_size} of {len(rows)} rows leaves none to train on",
                                 f"set task.eval_size < {len(rows)} or give task.eval_path")
             self._train, self._eval = rows[:-eval_size], rows[-eval_size:]
+        self.reward_fn = self.accuracy_fn = resolve_reward(reward, reward_timeout_s)  # eval/accuracy: mean reward
 
     def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
         return [self._train[i] for i in rng.integers(0, len(self._train), count).tolist()]

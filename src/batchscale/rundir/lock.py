@@ -1,0 +1,139 @@
+"""The sweep lock: one process at a time writes a sweep directory.
+
+    <sweep>/sweep.lock   {"pid", "host", "started"} of the process holding the sweep
+
+`SweepLock(sweep_dir)` is held for the whole sweep. Taking it is atomic: an exclusive `flock` on the lock file, which
+the kernel releases when its holder dies however it dies (kill -9 included), so a second sweep on the same directory
+can never start while the first lives. The file's content names the holder, for the message the second one prints.
+
+A stale lock (its holder died) is taken over: the flock is free, and the pid it names is no longer alive on this host.
+A lock naming another host is never taken over, because this host cannot see whether that process lives (a shared file
+system whose locks do not span hosts would otherwise let two sweeps in); nor is one whose pid still lives on this host
+although its flock is free (a file system without working locks): both are refused with the fix of removing the file
+by hand once the named process is gone. The holder removes the file when it releases the lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from batchscale.errors import UserError
+
+LOCK_FILE = "sweep.lock"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (a zombie counts as dead: it runs nothing)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by someone else
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def describe_holder(holder: dict) -> str:
+    started = holder.get("started")
+    since = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}" if isinstance(started, (int, float)) else ""
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}{since}"
+
+
+class SweepLock:
+    """An exclusive lock on a sweep directory, held from `acquire` (or `with`) to `release`."""
+
+    def __init__(self, sweep_dir: Path):
+        self.path = Path(sweep_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def __enter__(self) -> "SweepLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lock, taking over a stale one; a live holder is a UserError naming it."""
+        for _ in range(10):  # the file may be replaced under us by a holder releasing it: then try again
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._read_holder(fd, wait_s=1.0)  # the holder may not have written its name yet
+                os.close(fd)
+                raise self._busy(holder) from None
+            except OSError:  # no locks on this file system: fall back on the pid alone
+                pass
+            if not self._is_current_file(fd):
+                os.close(fd)
+                continue
+            holder = self._read_holder(fd)
+            if holder and not self._is_stale(holder):
+                os.close(fd)
+                raise self._busy(holder, free_flock=True)
+            self._write_holder(fd)
+            self._fd = fd
+            return
+        raise UserError(str(self.path), "kept changing while this sweep tried to lock it", "try again")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # before unlocking: a newcomer then locks a fresh file, never this one
+        finally:
+            os.close(self._fd)  # closing releases the flock
+            self._fd = None
+
+    def _is_current_file(self, fd: int) -> bool:
+        """The file we locked is still the one at the path (a releasing holder unlinks it)."""
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(self.path))
+        except FileNotFoundError:
+            return False
+
+    @staticmethod
+    def _read_holder(fd: int, wait_s: float = 0.0) -> dict:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+            except ValueError:
+                holder = {}
+            if holder or time.monotonic() >= deadline:
+                return holder if isinstance(holder, dict) else {}
+            time.sleep(0.05)
+
+    @staticmethod
+    def _is_stale(holder: dict) -> bool:
+        """A holder that is gone: it named this host and its pid is no longer alive here (we hold the flock)."""
+        pid = holder.get("pid")
+        if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
+            return False
+        return pid == os.getpid() or not pid_alive(pid)
+
+    def _write_holder(self, fd: int) -> None:
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text, 0)
+        os.fsync(fd)
+
+    def _busy(self, holder: dict, free_flock: bool = False) -> UserError:
+        who = describe_holder(holder) if holder else "another process"
+        if free_flock:  # a lock we cannot prove stale
+            return UserError(str(self.path.parent), f"is locked by a sweep ({who}) that this host cannot show to be "
+                             "gone", f"if that sweep is no longer running, remove {self.path} and rerun")
+        return UserError(str(self.path.parent), f"is in use by another sweep ({who})",
+                         "wait for that sweep to finish (or stop it), or choose another --out")
