@@ -51,7 +51,8 @@ def plot_curves(result: dict, details: dict, curve_key: str, xlabel: str, tempor
         (line,) = ax.plot(curve["grid"], curve["mean"], lw=width, label=label)
         ax.fill_between(curve["grid"], curve["mean"] - curve["std"], curve["mean"] + curve["std"], alpha=0.15,
                         color=line.get_color())
-    ax.axhline(result["target"], color="k", ls="--", lw=1, label=f"target {result['target']:.3g}")
+    if result["target"] is not None:
+        ax.axhline(result["target"], color="k", ls="--", lw=1, label=f"target {result['target']:.3g}")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("eval score J")
     return save_figure(fig, temporary)
