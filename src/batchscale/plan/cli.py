@@ -32,7 +32,7 @@ def plan(
         Optional[float], typer.Option("--critical-generation-batch", help="Generation knee, samples in flight.")
     ] = None,
     critical_training_batch: Annotated[
-        Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per step.")
+        Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per update.")
     ] = None,
     model: Annotated[
         Optional[str], typer.Option("--model", help="With --hardware: mark rows whose decode batch's KV cache does not fit.")

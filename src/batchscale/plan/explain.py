@@ -54,13 +54,13 @@ def classify_regime(critical_generation_batch: float | None, critical_training_b
         name = "generation-knee-first"
         sentence = (
             f"Generation knee first: decode throughput saturates near {gen:.0f} samples in flight, before the critical "
-            f"training batch B_simple ~ {train:.0f} samples/step, so expect a broad near-optimal region while rN stays near "
-            f"1; pushing the batch further eventually raises T."
+            f"training batch B_simple ~ {train:.0f} samples/update, so expect a broad near-optimal region while rN stays "
+            f"near 1; pushing the batch further eventually raises T."
         )
     else:
         name = "training-critical-first"
         sentence = (
-            f"Training critical batch first: B_simple ~ {train:.0f} samples/step comes before the generation knee near "
+            f"Training critical batch first: B_simple ~ {train:.0f} samples/update comes before the generation knee near "
             f"{gen:.0f} samples in flight, so rN grows past B_simple, but the optimum can lie beyond it while throughput "
             f"keeps improving faster than rN."
         )

@@ -101,7 +101,7 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
         "the feasible, uncensored configuration with the smallest T (the largest q/rN).",
         "Gradient noise: log-log slope of the mean actor gradient norm vs B = "
         f"{format_number(analysis.get('grad_norm_slope'))} (pure noise: -0.5); B_simple = b/a from |g|^2 = a + b/B = "
-        f"{format_number(analysis.get('b_simple'))} samples/step.",
+        f"{format_number(analysis.get('b_simple'))} samples/update (B = samples_per_update).",
     ]
     notes += profile_notes(inputs)
     notes.append(machine_note(inputs))
