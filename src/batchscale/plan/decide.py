@@ -46,7 +46,6 @@ class ConfigMeasurement:
     prompts_per_step: int | None = None  # P
     samples_per_prompt: int | None = None  # G
     samples_per_step: int | None = None  # B_train = P*G
-    samples_to_target_ci: tuple[float, float] | None = None  # t-interval of N* over seeds (analysis), when known
     log_samples_to_target_mean: float | None = None  # mean of ln N* over reached seeds (None: unknown, or N* = 0)
     log_samples_to_target_sd: float | None = None  # sd of ln N* over reached seeds (None with one seed)
     log_throughput_sd: float | None = None  # sd of ln(samples_per_step / time/step) over the steps q came from
@@ -78,13 +77,6 @@ class PlanRow:
     @property
     def label(self) -> str:
         return self.measurement.label
-
-    @property
-    def time_interval_s(self) -> tuple[float, float] | None:
-        """T's interval from N*'s seed interval at the measured q (q's own noise not included)."""
-        ci = self.measurement.samples_to_target_ci
-        q = self.measurement.throughput_samples_per_s
-        return None if ci is None else (ci[0] / q, ci[1] / q)
 
 
 @dataclass(frozen=True)

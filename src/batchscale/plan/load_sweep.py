@@ -162,7 +162,6 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
         prompts_per_step=cfg.prompts_per_step,
         samples_per_prompt=cfg.samples_per_prompt,
         samples_per_step=cfg.samples_per_step,
-        samples_to_target_ci=(stt.ci_low, stt.ci_high) if stt.ci_low is not None and stt.ci_high is not None else None,
         extra={
             "throughput_seeds": len(runs),
             "throughput_min_samples_per_s": min(r.samples_per_s for r in runs),

@@ -35,7 +35,8 @@ def compare_log_time(winner: ConfigMeasurement, rival: ConfigMeasurement,
         if m.log_samples_to_target_mean is None:
             if m.samples_to_target == 0:
                 return f"{m.label} meets the target at its first eval (N* = 0): no test on log T"
-            return f"{m.label} has no per-seed N* (a table gives none): uncertainty unknown"
+            return (f"{m.label} has no spread of N* over seeds (a table, or an analysis.json older than this "
+                    "test, gives none): uncertainty unknown")
         if m.log_samples_to_target_sd is None or not m.seeds_reached or m.seeds_reached < 2:
             return f"{m.label}: {ONE_SEED}"
         variances = [(m.log_samples_to_target_sd ** 2 / m.seeds_reached, m.seeds_reached - 1)]
