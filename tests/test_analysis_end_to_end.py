@@ -82,6 +82,13 @@ def test_alignment_family_and_break(analysed):
     assert configs["p16_g8_fixed"]["aligned"] is False
 
 
+def test_smooth_window_option_is_recorded(sweep, tmp_path, capsys):
+    assert main(["analyze", str(sweep), "--smooth-window", "3", "--json", "--out", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["smooth_window"] == 3
+    assert "centred 3-eval moving average (zero lag)" in (tmp_path / "report.md").read_text()
+
+
 def test_gradient_noise_scale_recovered(analysed):
     result, _ = analysed
     assert result["b_simple"] == pytest.approx(NOISE_SCALE, rel=0.3)
@@ -122,6 +129,7 @@ def test_single_run_dir_and_all_censored_target(tmp_path, capsys):
     [
         (["--reference", "nope"], "unknown label 'nope'"),
         (["--target", "nan"], "finite number"),
+        (["--smooth-window", "2"], "--smooth-window: must be an odd number"),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(sweep, tmp_path, capsys, argv_tail, message):
