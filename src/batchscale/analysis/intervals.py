@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy.special import stdtrit
 
 DEFAULT_CONFIDENCE = 0.95
 INTERVAL_METHOD = "t-interval on log N* over the seeds that reached the target"
@@ -46,7 +46,7 @@ def compute_log_t_interval(values, confidence: float = DEFAULT_CONFIDENCE):
 
 def student_quantile(confidence: float, degrees_of_freedom: float) -> float:
     """Two-sided critical value: the (1 + confidence)/2 quantile of Student's t."""
-    return float(stats.t.ppf(0.5 + confidence / 2, degrees_of_freedom))
+    return float(stdtrit(degrees_of_freedom, 0.5 + confidence / 2))
 
 
 def describe_interval(reached_values: list[float], confidence: float = DEFAULT_CONFIDENCE) -> str:
