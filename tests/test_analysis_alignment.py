@@ -68,7 +68,14 @@ def test_only_the_common_sample_range_is_compared():
     assert result["statistic"] == 0.0
 
 
-def test_alignment_break_is_first_unaligned_batch_above_reference():
+def test_alignment_break_needs_two_consecutive_failing_batches():
     family = [(64, True), (128, True), (256, None), (512, False), (1024, False)]
-    assert find_alignment_break(family, 64) == 512
-    assert find_alignment_break([(64, True), (128, True)], 64) is None
+    found = find_alignment_break(family, 64)
+    assert (found["samples_per_step"], found["status"]) == (512, "breaks") and "256" in found["note"]
+    assert find_alignment_break([(64, True), (128, True)], 64)["status"] == "holds"
+    one_failure = find_alignment_break([(64, True), (128, False), (256, True), (512, True)], 64)
+    assert one_failure["status"] == "holds"  # a single failing label between aligned ones is noise, not a break
+    assert find_alignment_break([(64, True), (128, True), (256, False)], 64)["status"] == "undetermined"
+    assert find_alignment_break([(64, True), (128, None), (256, True)], 64)["status"] == "undetermined"
+    matched = [(64, True), (128, True), (128, False), (256, False)]  # matched P x G pairs share a batch
+    assert find_alignment_break(matched, 64)["samples_per_step"] == 128

@@ -15,7 +15,7 @@ from batchscale.cli import main
 CONFIG_KEYS = {
     "prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step", "lr",
     "lr_rule", "seeds", "samples_to_target", "r_n",
-    "updates_to_target", "update_ratio", "grad_norm_actor", "aligned",
+    "updates_to_target", "update_ratio", "grad_norm_actor", "aligned", "time_to_target_realized", "learns",
 }
 NOISE_SCALE = 1024.0  # the synthetic B_simple and the batch where the sample penalty (1 + B/noise_scale) bites
 
@@ -43,10 +43,12 @@ def analysed(sweep, tmp_path_factory):
 def test_schema_is_exactly_the_issues(analysed):
     result, out_dir = analysed
     assert set(result) == {"schema_version", "reference", "target", "target_rule", "configs", "grad_norm_slope",
-                           "b_simple"}
+                           "b_simple", "smooth_window", "learning_signal", "why_no_signal"}
+    assert result["learning_signal"] is True and result["why_no_signal"] is None and result["smooth_window"] == 1
     for config in result["configs"].values():
         assert set(config) == CONFIG_KEYS
-        assert set(config["samples_to_target"]) == {"mean", "ci_low", "ci_high", "reached", "censored"}
+        assert set(config["samples_to_target"]) == {"mean", "ci_low", "ci_high", "reached", "censored", "log_mean",
+                                                    "log_sd", "interval"}
     assert json.loads((out_dir / "analysis.json").read_text()) == result
 
 
@@ -80,6 +82,13 @@ def test_alignment_family_and_break(analysed):
     assert configs["p16_g8_fixed"]["aligned"] is False
 
 
+def test_smooth_window_option_is_recorded(sweep, tmp_path, capsys):
+    assert main(["analyze", str(sweep), "--smooth-window", "3", "--json", "--out", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["smooth_window"] == 3
+    assert "centred 3-eval moving average (zero lag)" in (tmp_path / "report.md").read_text()
+
+
 def test_gradient_noise_scale_recovered(analysed):
     result, _ = analysed
     assert result["b_simple"] == pytest.approx(NOISE_SCALE, rel=0.3)
@@ -105,7 +114,9 @@ def test_single_run_dir_and_all_censored_target(tmp_path, capsys):
     messages = " | ".join(str(w.message) for w in caught)
     assert "above every observed score" in messages and "every seed is censored" in messages
     config = result["configs"]["solo"]
-    assert config["samples_to_target"] == {"mean": None, "ci_low": None, "ci_high": None, "reached": 0, "censored": 1}
+    assert config["samples_to_target"] == {"mean": None, "ci_low": None, "ci_high": None, "reached": 0, "censored": 1,
+                                           "log_mean": None, "log_sd": None,
+                                           "interval": "no seed reached the target: no interval"}
     assert config["r_n"] is None and config["aligned"] is None  # one seed: no seed-to-seed band
     assert (run_dir / "analysis.json").is_file()
     # Through the CLI the same thing is said on stderr, exit code 0.
@@ -118,6 +129,7 @@ def test_single_run_dir_and_all_censored_target(tmp_path, capsys):
     [
         (["--reference", "nope"], "unknown label 'nope'"),
         (["--target", "nan"], "finite number"),
+        (["--smooth-window", "2"], "--smooth-window: must be an odd number"),
     ],
 )
 def test_bad_input_exits_2_and_writes_nothing(sweep, tmp_path, capsys, argv_tail, message):

@@ -53,7 +53,7 @@ def test_analyze_grad_noise_averages_shared_batches_and_uses_range():
     batches = [64, 64, 256, 1024]
     proxies = [{"norm": np.sqrt(1 + 512 / b), "squared_norm": 1 + 512 / b} for b in batches]
     result = analyze_grad_noise(batches, proxies, select_slope_range(np.array(batches, float), [64, 256]))
-    assert result["samples_per_step"] == [64.0, 256.0, 1024.0]
+    assert result["samples_per_update"] == [64.0, 256.0, 1024.0]
     assert result["slope_range"] == [64.0, 256.0]
     assert result["b_simple"] == pytest.approx(512.0, rel=1e-6)
     assert select_slope_range(np.array([64.0, 1024.0]), [64]) == (64.0, 1024.0)

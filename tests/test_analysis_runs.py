@@ -85,7 +85,40 @@ def test_common_grid_and_seed_mean_stay_within_observed_ranges():
     assert summary["mean"].tolist() == pytest.approx([0.0, 1.5, 2.25, 3.0])
 
 
-def test_trailing_smoothing_never_uses_future_points():
-    scores = np.array([0.0, 0.0, 1.0, 1.0])
-    assert smooth_scores(scores, 2).tolist() == [0.0, 0.0, 0.5, 1.0]
-    assert smooth_scores(scores, 1) is scores
+def test_centred_smoothing_has_no_lag_and_refuses_even_windows():
+    line = np.arange(10.0)
+    for window in (3, 5):
+        assert smooth_scores(line, window).tolist() == pytest.approx(line.tolist())  # zero lag on a straight stretch
+    step = np.array([0.0, 0.0, 1.0, 1.0])
+    assert smooth_scores(step, 3).tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])  # symmetric about the jump
+    assert smooth_scores(step, 1) is step
+    with pytest.raises(ValueError):
+        smooth_scores(step, 2)
+
+
+@pytest.mark.parametrize("window", [1, 3, 5])
+def test_smoothed_n_star_matches_the_known_truth_at_every_batch(tmp_path, window):
+    """Noise-free synthetic curves evaluated every 512 samples at every batch: N* from the (smoothed) evals lies within
+    1% of the analytic crossing. A trailing average would read it late by (window-1)/2 spacings (7% at window 3)."""
+    from batchscale.analysis.analyze import compute_analysis
+    from batchscale.analysis.synthetic import compute_synthetic_score
+
+    target, samples_scale, noise_scale = 0.5, 8000.0, 2048.0
+    for prompts in (8, 32, 64):  # B = 64, 256, 512
+        write_synthetic_run(tmp_path / "runs" / f"p{prompts}__s0", f"p{prompts}", 0, prompts, total_samples=32768,
+                            eval_every_samples=512, samples_scale=samples_scale, noise_scale=noise_scale, seed_sd=0.0,
+                            eval_sd=0.0)
+    result, _ = compute_analysis(tmp_path, target, "p8", smooth_window=window)
+    for label, config in result["configs"].items():
+        batch = config["samples_per_step"]
+        grid = np.linspace(0, 32768, 200001)
+        truth = grid[np.argmax(compute_synthetic_score(grid, batch, noise_scale, samples_scale) >= target)]
+        assert config["samples_to_target"]["mean"] == pytest.approx(truth, rel=0.01), (label, window)
+
+
+def test_even_smoothing_window_is_refused_before_any_compute(tmp_path):
+    from batchscale.analysis.analyze import compute_analysis
+
+    write_synthetic_run(tmp_path / "runs" / "a__s0", "a", 0, 8)
+    with pytest.raises(UserError, match="--smooth-window"):
+        compute_analysis(tmp_path, None, None, smooth_window=2)

@@ -75,3 +75,12 @@ def test_e2e_benchmark_steps_batchscale(tmp_path, random_model_dir):
     bs = result["rows"][0]["batchscale"]
     assert len(bs["steps"]) == 1 and bs["seconds_per_sample"] == pytest.approx(bs["seconds_per_step"] / 16)
     assert isinstance(result["cpu_flags"], list)
+
+
+def test_coverage_benchmark_runs():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "coverage_n_star.py"), "--repeats", "20", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result["coverage"]["coverage"]) == {"2", "3", "4", "5"}
+    assert set(result["false_resolution"]) == {"2", "3", "4", "5"} and "1024.0" in result["smoothing_bias"]

@@ -183,20 +183,21 @@ def test_regime_tentative_when_close_and_unknown_when_missing():
         assert regime.name == "unknown" and "missing" in regime.sentence
 
 
-def with_interval(m: ConfigMeasurement, low: float, high: float) -> ConfigMeasurement:
-    from dataclasses import replace
+def test_a_tied_loser_is_called_level_not_above():
+    ref = measure("ref", 1.0, 1.0, p=128)
+    winner = measure("w", 1.0, 2.0, p=256)
+    tied = measure("t", 1.5, 3.0 * 0.9999, p=512)  # T/T_ref 0.50005 vs 0.5: the same to the digits shown
+    text = explain_decision(compute_plan([ref, winner, tied], "ref"))
+    assert "w wins" in text and "t loses" in text and "level with w's 0.50" in text and "above" not in text
+    slower = measure("t", 1.5, 2.5, p=512)
+    assert "above w's 0.50" in explain_decision(compute_plan([ref, winner, slower], "ref"))
 
-    return replace(m, samples_to_target_ci=(low, high))
 
-
-def test_explanation_warns_when_seed_intervals_cannot_separate_winner_from_reference():
-    # reference: N* 1e5 at q 10 -> T 1e4 s, interval [6000, 14000] s; "big": N* 1e5 at q 20 -> T 5000 s
-    ref = with_interval(measure("ref", 1.0, 1.0, p=128), 6e4, 1.4e5)
-    close = with_interval(measure("big", 1.0, 2.0, p=256), 8e4, 1.3e5)  # [4000, 6500] s overlaps [6000, 14000]
-    text = explain_decision(compute_plan([ref, close], "ref"))
-    assert "big wins" in text and "not yet resolved" in text
-    assert "[66.7 min, 108.3 min]" in text and "[100.0 min, 3.89 h]" in text
-    apart = with_interval(measure("big", 1.0, 2.0, p=256), 9e4, 1.1e5)  # [4500, 5500] s: clear of [6000, 14000]
-    assert "not yet resolved" not in explain_decision(compute_plan([ref, apart], "ref"))
-    unknown = measure("big", 1.0, 2.0, p=256)  # a CSV table has no intervals: no claim either way
-    assert "not yet resolved" not in explain_decision(compute_plan([ref, unknown], "ref"))
+def test_n_star_zero_is_handled_not_a_crash():
+    instant = measure("instant", 0.0, 1.0, p=256)  # the target met at this label's first eval
+    plan = compute_plan([measure("ref", 1.0, 1.0, p=128), instant], "ref")
+    assert plan.best == "instant" and plan.row("instant").time_to_target_s == 0 and plan.row("instant").score is None
+    assert not plan.resolved and "N* = 0" in plan.why_unresolved
+    at_start = compute_plan([measure("ref", 0.0, 1.0, p=128), measure("big", 1.0, 2.0, p=256)], "ref")
+    assert at_start.best is None and "first eval" in at_start.why_unresolved
+    assert all(r.r_n is None for r in at_start.rows) and "first eval" in explain_decision(at_start)

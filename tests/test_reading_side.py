@@ -83,7 +83,7 @@ def test_one_policy_for_a_truncated_line_and_an_unfinished_run(damaged_sweep):
     with pytest.warns(DataWarning, match="truncated last line"):
         direct = read_run(runs[0])
     with pytest.warns(DataWarning, match="truncated last line"):  # the analysis
-        _, details = compute_analysis(sweep, None, None, 1, 0)
+        _, details = compute_analysis(sweep, None, None, 1)
     assert len(details["labels"][direct.label]["n_star_per_seed"]) == 2
     with pytest.warns(DataWarning, match="truncated last line"):  # the plan's throughput
         throughput = measure_sweep_throughput(sweep)

@@ -73,9 +73,29 @@ def pool_seed_sd(*matrices: np.ndarray) -> np.ndarray:
     return np.sqrt(squares / degrees_of_freedom)
 
 
-def find_alignment_break(aligned_by_samples_per_step: list[tuple[int, bool | None]], reference_samples_per_step: int):
-    """Smallest samples_per_step above the reference that is not aligned (None if alignment never breaks)."""
-    for samples_per_step, aligned in sorted(aligned_by_samples_per_step):
-        if samples_per_step > reference_samples_per_step and aligned is False:
-            return samples_per_step
-    return None
+def find_alignment_break(aligned_by_samples_per_step: list[tuple[int, bool | None]],
+                         reference_samples_per_step: int) -> dict:
+    """Where alignment breaks above the reference: {samples_per_step, status, note}, status "breaks", "holds" or
+    "undetermined". One failing batch is not a break (D fluctuates with a handful of seeds): the break is the smallest
+    batch that fails together with the next larger one. A batch fails when any label at it is unaligned; a batch with
+    an undetermined label (aligned None) is skipped for the search, and when no break is found it makes the whole
+    answer "undetermined" rather than "holds"."""
+    verdicts: dict[int, list] = {}
+    for samples_per_step, aligned in aligned_by_samples_per_step:
+        if samples_per_step > reference_samples_per_step:
+            verdicts.setdefault(samples_per_step, []).append(aligned)
+    undetermined = [b for b, v in sorted(verdicts.items()) if any(a is None for a in v)]
+    determined = [(b, not all(v)) for b, v in sorted(verdicts.items()) if b not in undetermined]
+    for (batch, fails), (_, next_fails) in zip(determined, determined[1:]):
+        if fails and next_fails:
+            earlier = [b for b in undetermined if b < batch]
+            note = f" (undetermined at {', '.join(map(str, earlier))}, so it may break earlier)" if earlier else ""
+            return {"samples_per_step": batch, "status": "breaks", "note": f"two consecutive batches fail{note}"}
+    if determined and determined[-1][1]:
+        return {"samples_per_step": None, "status": "undetermined",
+                "note": f"only the largest batch measured, {determined[-1][0]}, fails: a break needs two consecutive "
+                        "failing batches"}
+    if undetermined:
+        return {"samples_per_step": None, "status": "undetermined",
+                "note": f"no alignment verdict at samples_per_step {', '.join(map(str, undetermined))}"}
+    return {"samples_per_step": None, "status": "holds", "note": "no two consecutive batches fail"}

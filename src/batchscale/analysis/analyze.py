@@ -1,13 +1,18 @@
 """`batchscale analyze`: the paper's first stage ("align learning") from run directories to analysis.json.
 
-Steps: read runs by label -> pick reference and target -> per label N* per seed, mean and bootstrap CI, rN and the update
-ratio -> alignment against the reference -> gradient-norm proxy, slope and B_simple over the reference's LR-rule family ->
+Steps: read runs by label -> optional centred smoothing (curves.py) -> is there a learning signal (signal.py)? -> pick
+reference and target -> per label N* per seed, mean and t-interval on log N* (intervals.py), realized time-to-target, rN
+and the update ratio -> alignment against the reference -> gradient-norm proxy, slope and B_simple over the reference's
+LR-rule family (same exponent: "sqrt", "0.5" and "a=0.5" are one family) ->
 write analysis.json, PNG plots and report.md (every file written to a temporary name and moved into place only after all
 of them rendered, so a failure leaves nothing half-written).
 
 Default reference: among labels whose lr_rule is the default "sqrt" (all labels if none is), the smallest samples_per_step
 (ties: fewer prompts_per_step, then label name): the paper's reference is the smallest batch of the retuned family.
-Default target: see targets.py (80% of the way from the reference's initial to its best mean score).
+Default target: see targets.py (80% of the way from the reference's initial to its best mean score), offered only when
+the reference's curve rises clearly above its start (signal.py). When no label does, there is no learning signal:
+analysis.json says so (`learning_signal` false, `why_no_signal`), no N* is measured without a user target, and the plan
+names no winner.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchscale.analysis import alignment, bootstrap, curves, gradnoise, targets
+from batchscale.analysis import alignment, curves, gradnoise, intervals, signal, targets
 from batchscale.analysis.runs import Run, load_runs
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
@@ -36,7 +41,6 @@ def analyze(
     reference: str | None = None,
     out: Path | None = None,
     smooth_window: int = 1,
-    seed: int = 0,
     allow_mixed: bool = False,
 ) -> dict:
     """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
@@ -48,7 +52,7 @@ def analyze(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
-        result, details = compute_analysis(Path(path), target, reference, smooth_window, seed, allow_mixed)
+        result, details = compute_analysis(Path(path), target, reference, smooth_window, allow_mixed)
     details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -73,9 +77,25 @@ def write_temporary(final_path: Path, text: str) -> Path:
     return temporary
 
 
+LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0, "fixed": 0.0, "constant": 0.0}
+
+
+def normalize_lr_rule(lr_rule) -> float | str | None:
+    """The LR rule as its exponent a (lr ~ B^a) when it names one ("sqrt", "0.5", "a=0.5" -> 0.5), else the text."""
+    if lr_rule is None:
+        return None
+    text = str(lr_rule).strip().lower()
+    if text in LR_RULE_EXPONENTS:
+        return LR_RULE_EXPONENTS[text]
+    try:
+        return float(text.removeprefix("a="))
+    except ValueError:
+        return text
+
+
 def is_default_lr_rule(lr_rule) -> bool:
     """sqrt scaling, named or given as its exponent 0.5."""
-    return str(lr_rule).strip().lower() in (DEFAULT_LR_RULE, "0.5", "a=0.5")
+    return normalize_lr_rule(lr_rule) == LR_RULE_EXPONENTS[DEFAULT_LR_RULE]
 
 
 def choose_reference(by_label: dict[str, list[Run]]) -> str:
@@ -88,16 +108,19 @@ def choose_reference(by_label: dict[str, list[Run]]) -> str:
     )
 
 
-def resolve_target(target: float | None, reference_summary: dict, all_scores: np.ndarray) -> tuple[float, str]:
-    """The target and how it was chosen; warns when it lies outside the observed scores."""
+def resolve_target(target: float | None, reference_summary: dict, reference_signal: dict, learning_signal: bool,
+                   all_scores: np.ndarray) -> tuple[float | None, str]:
+    """The target and how it was chosen (None: no learning signal and none given); warns when it lies outside the
+    observed scores."""
     if target is None:
-        mean_scores = reference_summary["mean"]
-        if mean_scores.size == 0 or not np.max(mean_scores) > mean_scores[0]:
-            raise UserError(
-                "target", "no default: the reference's mean score never rises above its initial value", "pass --target"
-            )
-        target = targets.choose_default_target(reference_summary["grid"], mean_scores)
-        rule = f"default: {targets.DEFAULT_TARGET_FRACTION:.0%} of the way from the reference's initial to best mean score"
+        if not learning_signal:
+            return None, "none: no label's curve rises clearly above its start"
+        if not reference_signal["learns"]:
+            raise UserError("target", f"no default: the reference's mean curve does not rise clearly above its start "
+                            f"({reference_signal['note']})", "pass --target, or a --reference that learns")
+        target = targets.choose_default_target(reference_summary["grid"], reference_summary["mean"])
+        rule = (f"default: {targets.DEFAULT_TARGET_FRACTION:.0%} of the way from the reference's initial to best mean "
+                "score")
     else:
         if not math.isfinite(target):
             raise UserError("--target", f"must be a finite number, got {target}", "pass a score such as 0.5")
@@ -116,36 +139,38 @@ def resolve_target(target: float | None, reference_summary: dict, all_scores: np
     return float(target), rule
 
 
-def compute_analysis(path: Path, target, reference, smooth_window: int, seed: int,
+def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
                      allow_mixed: bool = False) -> tuple[dict, dict]:
     """(analysis.json document, details for plots and report); runs of different tasks or models only with
     allow_mixed (analysis.runs.load_runs)."""
-    if smooth_window < 1:
-        raise UserError("smooth_window", "must be >= 1 eval point", "use 1 for no smoothing")
+    if not isinstance(smooth_window, int) or smooth_window < 1 or smooth_window % 2 == 0:
+        raise UserError("--smooth-window", f"must be an odd number of eval points >= 1, got {smooth_window}",
+                        "use 1 for no smoothing, or 3, 5, ... for a centred moving average")
     by_label = load_runs(path, allow_mixed)
     if reference is not None and reference not in by_label:
         raise UserError("--reference", f"unknown label {reference!r}; labels: {sorted(by_label)}", "pass one of them")
     reference = reference or choose_reference(by_label)
     eval_curves = {label: [curves.extract_eval_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
     step_curves = {label: [curves.extract_step_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
-    reference_summary = curves.summarize_seed_curves(eval_curves[reference])
+    summaries = {label: curves.summarize_seed_curves(eval_curves[label]) for label in by_label}
+    signals = {label: signal.measure_learning_signal(eval_curves[label], summaries[label]) for label in by_label}
+    learning_signal = any(s["learns"] for s in signals.values())
+    why_no_signal = None if learning_signal else (
+        "no learning signal to decide on: no label's mean curve rises clearly above its start ("
+        + "; ".join(f"{label} {s['note']}" for label, s in signals.items()) + ")")
+    if why_no_signal:
+        warnings.warn(why_no_signal, DataWarning)
     all_scores = np.concatenate([j for seed_curves in eval_curves.values() for _, j in seed_curves])
-    target, target_rule = resolve_target(target, reference_summary, all_scores)
+    target, target_rule = resolve_target(target, summaries[reference], signals[reference], learning_signal, all_scores)
 
-    per_label = {label: measure_label(by_label[label], eval_curves[label], target, seed) for label in by_label}
+    per_label = {label: measure_label(label, by_label[label], eval_curves[label], target) for label in by_label}
     reference_n, reference_updates = per_label[reference]["n_star"]["mean"], per_label[reference]["updates_mean"]
-    lr_rule = by_label[reference][0].descriptor.lr_rule
-    family = [label for label in by_label if by_label[label][0].descriptor.lr_rule == lr_rule]
+    lr_rule = normalize_lr_rule(by_label[reference][0].descriptor.lr_rule)
+    family = [label for label in by_label if normalize_lr_rule(by_label[label][0].descriptor.lr_rule) == lr_rule]
     configs, details = {}, {"labels": {}, "reference": reference, "target_rule": target_rule, "family": family}
+    warn_censoring(by_label, per_label, reference, target)
     for label, runs in by_label.items():
         measured = per_label[label]
-        if measured["n_star"]["censored"]:
-            outcome = "N* is the mean over seeds that did" if measured["n_star"]["reached"] else "N* is undefined"
-            warnings.warn(
-                f"{label}: {measured['n_star']['censored']} of {len(runs)} seeds never reached the target "
-                f"(censored; {outcome})",
-                DataWarning,
-            )
         aligned = alignment.measure_alignment(eval_curves[label], eval_curves[reference])
         configs[label] = {
             **{key: getattr(runs[0].descriptor, key) for key in CONFIG_KEYS},
@@ -156,12 +181,16 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
             "update_ratio": targets.compute_ratio(measured["updates_mean"], reference_updates),
             "grad_norm_actor": None,
             "aligned": aligned["aligned"],
+            "time_to_target_realized": measured["realized_mean"],
+            "learns": signals[label]["learns"],
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,
             "n_star_per_seed": measured["n_star_per_seed"],
+            "realized_per_seed": measured["realized_per_seed"],
             "alignment": aligned,
-            "curve": curves.summarize_seed_curves(eval_curves[label]),
+            "signal": signals[label],
+            "curve": summaries[label],
             "step_curve": curves.summarize_seed_curves(step_curves[label]),
         }
     grad = measure_grad_noise(by_label, family, configs, details)
@@ -172,22 +201,68 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
         configs=configs,
         grad_norm_slope=grad["actor"]["slope"] if grad.get("actor") else None,
         b_simple=grad["actor"]["b_simple"] if grad.get("actor") else None,
+        smooth_window=smooth_window,
+        learning_signal=learning_signal,
+        why_no_signal=why_no_signal,
     ).to_json()  # the schema checks every key here, at the producer
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])
     return result, details
 
 
-def measure_label(runs: list[Run], seed_curves: list, target: float, seed: int) -> dict:
-    """N* per seed, its censored bootstrap summary, and the mean updates-to-target over reached seeds."""
+def warn_censoring(by_label: dict[str, list[Run]], per_label: dict, reference: str, target: float | None) -> None:
+    """A DataWarning per label with censored seeds; a partly censored reference makes every rN a bound."""
+    if target is None:
+        return
+    for label, runs in by_label.items():
+        n_star = per_label[label]["n_star"]
+        if n_star["censored"]:
+            outcome = "N* is the mean over seeds that did" if n_star["reached"] else "N* is undefined"
+            warnings.warn(f"{label}: {n_star['censored']} of {len(runs)} seeds never reached the target "
+                          f"(censored; {outcome})", DataWarning)
+    ref = per_label[reference]["n_star"]
+    if ref["censored"] and ref["reached"]:
+        warnings.warn(f"the reference {reference} is partly censored: its N* is a lower bound, so every rN is a bound "
+                      "too (an upper bound for every label that reached the target in all seeds)", DataWarning)
+
+
+def measure_label(label: str, runs: list[Run], seed_curves: list, target: float | None) -> dict:
+    """N* per seed and its summary over seeds (intervals.py), the mean updates-to-target and the mean realized
+    time-to-target over reached seeds; warns when a crossing was read from evals farther apart than 25% of N*."""
+    if target is None:  # no learning signal and no target: nothing to measure
+        n_star = {**intervals.summarize_censored([]), "interval": "no target: no learning signal"}
+        return {"n_star_per_seed": [None] * len(runs), "n_star": n_star, "updates_mean": None,
+                "realized_per_seed": [None] * len(runs), "realized_mean": None}
     n_star_per_seed = [targets.find_samples_to_target(n, j, target) for n, j in seed_curves]
-    updates = [targets.compute_updates_to_target(n, r.samples_per_step) for n, r in zip(n_star_per_seed, runs)]
-    reached_updates = [u for u in updates if u is not None]
+    warn_wide_brackets(label, runs, seed_curves, n_star_per_seed, target)
+    updates = [targets.compute_updates_to_target(n, r.samples_per_step, r.descriptor.updates_per_step)
+               for n, r in zip(n_star_per_seed, runs)]
+    realized = [targets.compute_realized_time(n, r.steps) for n, r in zip(n_star_per_seed, runs)]
     return {
         "n_star_per_seed": n_star_per_seed,
-        "n_star": bootstrap.summarize_censored(n_star_per_seed, seed=seed),
-        "updates_mean": float(np.mean(reached_updates)) if reached_updates else None,
+        "n_star": intervals.summarize_censored(n_star_per_seed),
+        "updates_mean": mean_of_present(updates),
+        "realized_per_seed": realized,
+        "realized_mean": mean_of_present(realized),
     }
+
+
+def warn_wide_brackets(label: str, runs: list[Run], seed_curves: list, n_star_per_seed: list, target: float) -> None:
+    """One DataWarning per label whose crossing lies in an eval interval wider than 25% of that seed's N*."""
+    wide = []
+    for run, (samples, scores), n_star in zip(runs, seed_curves, n_star_per_seed):
+        bracket = targets.find_crossing_bracket(samples, scores, target)
+        if bracket is not None and n_star and bracket[1] - bracket[0] > targets.WIDE_BRACKET_FRACTION * n_star:
+            wide.append(f"seed {run.seed}: evals at {bracket[0]:,.0f} and {bracket[1]:,.0f} samples, N* {n_star:,.0f}")
+    if wide:
+        warnings.warn(f"{label}: the crossing lies between evals more than {targets.WIDE_BRACKET_FRACTION:.0%} of N* "
+                      f"apart ({'; '.join(wide)}), so linear interpolation reads N* late on a concave curve: evaluate "
+                      "more often", DataWarning)
+
+
+def mean_of_present(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.mean(present)) if present else None
 
 
 def measure_grad_noise(by_label: dict[str, list[Run]], family: list[str], configs: dict, details: dict) -> dict:
@@ -196,7 +271,8 @@ def measure_grad_noise(by_label: dict[str, list[Run]], family: list[str], config
     final_samples = [max((r.steps[-1]["samples"] for r in by_label[label] if r.steps), default=math.inf) for label in family]
     max_samples = min(final_samples) if final_samples else None
     max_samples = None if max_samples == math.inf else max_samples
-    aligned_batches = [configs[label]["samples_per_step"] for label in family if configs[label]["aligned"]]
+    # the gradient is a mean over one update's samples: B of |g|^2 = a + b/B is samples_per_update (run.json)
+    aligned_batches = [configs[label]["samples_per_update"] for label in family if configs[label]["aligned"]]
     grad = {}
     for network, key in gradnoise.GRAD_NORM_KEYS.items():
         proxies = {label: gradnoise.measure_grad_norm(runs, key, max_samples) for label, runs in by_label.items()}
@@ -208,7 +284,7 @@ def measure_grad_noise(by_label: dict[str, list[Run]], family: list[str], config
         if not measured:
             grad[network] = None
             continue
-        batches = [configs[label]["samples_per_step"] for label in measured]
+        batches = [configs[label]["samples_per_update"] for label in measured]
         slope_range = gradnoise.select_slope_range(np.array(batches, dtype=float), aligned_batches)
         grad[network] = gradnoise.analyze_grad_noise(batches, [proxies[label] for label in measured], slope_range)
     details["grad_noise"] = grad

@@ -3,11 +3,8 @@
 Resample the seeds with replacement `n_resamples` times, take the mean of each resample, and report the (alpha/2, 1-alpha/2)
 quantiles of those means. A seeded numpy Generator makes the interval reproducible.
 
-Censoring rule for samples-to-target: the mean and CI are over the seeds that *reached* the target; `reached` and `censored`
-counts travel with them. This is optimistic when some seeds are censored (the slowest seeds are missing), so the report
-flags any label with censored seeds; with no seed reached the mean is None, with fewer than 2 reached the CI is None
-(one value has no spread to resample). Departure from survival analysis: no Kaplan-Meier estimate, since a handful of seeds
-cannot support one and the censoring horizon differs by label.
+No longer what `analyze` reports (see intervals.py: with 2-5 seeds it covers far below its nominal level); kept as the
+baseline that the coverage simulation (analysis/coverage.py, benchmarks/coverage_n_star.py) compares against.
 """
 
 from __future__ import annotations
@@ -37,13 +34,3 @@ def bootstrap_mean_ci(
     alpha = 1.0 - confidence
     low, high = np.quantile(resampled_means, [alpha / 2, 1 - alpha / 2])
     return mean, float(low), float(high)
-
-
-def summarize_censored(values: list[float | None], seed: int = 0, confidence: float = DEFAULT_CONFIDENCE) -> dict:
-    """{mean, ci_low, ci_high, reached, censored} over seeds; None entries are censored seeds."""
-    reached_values = [v for v in values if v is not None]
-    summary = {"mean": None, "ci_low": None, "ci_high": None}
-    if reached_values:
-        mean, low, high = bootstrap_mean_ci(np.array(reached_values), confidence=confidence, seed=seed)
-        summary = {"mean": mean, "ci_low": low, "ci_high": high}
-    return {**summary, "reached": len(reached_values), "censored": len(values) - len(reached_values)}

@@ -26,18 +26,22 @@ def analyze(
         Optional[str], typer.Option("--reference", help="Reference label (default: smallest sqrt-LR batch).")
     ] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output directory (default: PATH).")] = None,
+    smooth_window: Annotated[
+        int, typer.Option("--smooth-window", help="Centred moving average over this many evals (odd; 1: raw evals).")
+    ] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the analysis.json document.")] = False,
     allow_mixed: Annotated[
         bool, typer.Option("--allow-mixed", help="Compare runs of different tasks or models (refused by default).")
     ] = False,
 ) -> None:
-    """Compare runs at equal cumulative samples: N* per label with bootstrap CIs, rN, alignment, B_simple."""
+    """Compare runs at equal cumulative samples: N* per label with t-intervals on log N*, rN, alignment, B_simple."""
     from batchscale.analysis.analyze import analyze as run_analysis
     from batchscale.files import removing_new_entries
 
     with warnings.catch_warnings(record=True) as caught, removing_new_entries(out if out is not None else path):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
-        result = run_analysis(path, target=target, reference=reference, out=out, allow_mixed=allow_mixed)
+        result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
+                              allow_mixed=allow_mixed)
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
     if json_out:
@@ -52,27 +56,27 @@ def print_table(result: dict, out_dir: Path) -> None:
     from rich.table import Table
 
     from batchscale.analysis.plots import ordered_labels
-    from batchscale.analysis.report import format_number
+    from batchscale.analysis.report import format_number, format_samples_to_target, format_target
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"Learning side: reference {result['reference']}, target {result['target']:.4g}")
-    for name in ("label", "B", "lr", "N* [95% CI] (reached)", "rN", "updates", "update ratio", "aligned", "|g| actor"):
+    table = Table(title=f"Learning side: reference {result['reference']}, target {format_target(result)}")
+    for name in ("label", "B", "lr", "N* [95% CI] (reached)", "realized T (s)", "rN", "updates", "update ratio",
+                 "aligned", "|g| actor"):
         table.add_column(name, justify="left" if name == "label" else "right")
     for label in ordered_labels(result):
         config = result["configs"][label]
-        n_star = config["samples_to_target"]
-        ci = "" if n_star["ci_low"] is None else f" [{n_star['ci_low']:,.0f}, {n_star['ci_high']:,.0f}]"
-        mean = "censored" if n_star["mean"] is None else f"{n_star['mean']:,.0f}"
         table.add_row(
             label + (" (ref)" if label == result["reference"] else ""),
             format_number(config["samples_per_step"]), format_number(config["lr"]),
-            f"{mean}{ci} ({n_star['reached']}/{n_star['reached'] + n_star['censored']})",
-            format_number(config["r_n"]), format_number(config["updates_to_target"], 4),
+            format_samples_to_target(config["samples_to_target"]),
+            format_number(config["time_to_target_realized"]), format_number(config["r_n"]), format_number(config["updates_to_target"], 4),
             format_number(config["update_ratio"]), format_number(config["aligned"]),
             format_number(config["grad_norm_actor"]),
             style="bold" if label == result["reference"] else None,
         )
     console.print(table)
+    if not result["learning_signal"]:
+        console.print(f"No learning signal: no verdict. {result['why_no_signal']}.", highlight=False)
     console.print(
         f"actor grad-norm slope {format_number(result['grad_norm_slope'])}, "
         f"B_simple {format_number(result['b_simple'])}. Report: {Path(out_dir) / 'report.md'}",

@@ -5,7 +5,9 @@ Proxy: for each run the mean of `grad_norm/actor` (and `grad_norm/critic` when l
 cumulative samples lie within `max_samples` (the smallest final sample count over the labels compared, so every label is
 averaged over the same stretch of learning: the norm shrinks as training converges); a label's proxy is the mean over seeds.
 
-Two summaries against B = samples_per_step:
+Two summaries against B = samples_per_update (run.json: the samples one optimizer update's gradient averages; = P*G in
+the paper's single pass, P*G / mini-batches under PPO). `grad_norm/actor` should be each step's first update's norm: the
+later updates of a step reuse its samples on a moved policy.
 - log-log slope of the proxy over a chosen range (default: the aligned family): -1/2 is the pure-noise regime, where the
   norm of a mean of B independent gradients falls like B^-1/2; a flatter slope means the true gradient dominates.
 - the noise-scale fit |g_B|^2 = a + b/B, where a = |G|^2 (true gradient) and b = tr(Sigma) (per-sample covariance), so
@@ -97,14 +99,14 @@ def select_slope_range(
 
 
 def analyze_grad_noise(
-    samples_per_step: list[int], proxies: list[dict], slope_range: tuple[float, float]
+    samples_per_update: list[int], proxies: list[dict], slope_range: tuple[float, float]
 ) -> dict:
     """Slope over `slope_range` and the a + b/B fit over all batch sizes, for one network (actor or critic)."""
-    batches, norms = average_by_batch(samples_per_step, [p["norm"] for p in proxies])
-    _, squared_norms = average_by_batch(samples_per_step, [p["squared_norm"] for p in proxies])
+    batches, norms = average_by_batch(samples_per_update, [p["norm"] for p in proxies])
+    _, squared_norms = average_by_batch(samples_per_update, [p["squared_norm"] for p in proxies])
     in_range = (batches >= slope_range[0]) & (batches <= slope_range[1])
     return {
-        "samples_per_step": batches.tolist(),
+        "samples_per_update": batches.tolist(),
         "grad_norm": norms.tolist(),
         "slope": fit_log_log_slope(batches[in_range], norms[in_range]),
         "slope_range": list(slope_range),

@@ -2,8 +2,8 @@
 
 - J vs samples: seed-mean curve per label with a +-1 seed-sd band and the target line (the invariance picture);
 - J vs steps: the same curves indexed by optimizer updates (larger batches look faster here; that is the point);
-- gradient norm vs samples_per_step on log-log axes, with the fitted slope over its range and sqrt(a + b/B);
-- rN vs samples_per_step with the N* bootstrap CI propagated as ci / mean N*(reference), and rN = 1.
+- gradient norm vs samples_per_update on log-log axes, with the fitted slope over its range and sqrt(a + b/B);
+- rN vs samples_per_step with the N* t-interval (log scale) propagated as ci / mean N*(reference), and rN = 1.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def plot_curves(result: dict, details: dict, curve_key: str, xlabel: str, tempor
         (line,) = ax.plot(curve["grid"], curve["mean"], lw=width, label=label)
         ax.fill_between(curve["grid"], curve["mean"] - curve["std"], curve["mean"] + curve["std"], alpha=0.15,
                         color=line.get_color())
-    ax.axhline(result["target"], color="k", ls="--", lw=1, label=f"target {result['target']:.3g}")
+    if result["target"] is not None:
+        ax.axhline(result["target"], color="k", ls="--", lw=1, label=f"target {result['target']:.3g}")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("eval score J")
     return save_figure(fig, temporary)
@@ -63,7 +64,7 @@ def plot_grad_norm(details: dict, temporary: Path) -> Path:
     for network, fit in (details.get("grad_noise") or {}).items():
         if not fit:
             continue
-        batches, norms = np.array(fit["samples_per_step"]), np.array(fit["grad_norm"])
+        batches, norms = np.array(fit["samples_per_update"]), np.array(fit["grad_norm"])
         (points,) = ax.plot(batches, norms, "o", label=f"{network} |g|")
         if fit["slope"] is not None:
             low, high = fit["slope_range"]
@@ -78,7 +79,7 @@ def plot_grad_norm(details: dict, temporary: Path) -> Path:
                     label=f"{network} fit, B_simple {fit['b_simple']:.3g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("samples_per_step B")
+    ax.set_xlabel("samples_per_update B")
     ax.set_ylabel("mean gradient norm")
     return save_figure(fig, temporary)
 
@@ -112,7 +113,7 @@ def render_plots(result: dict, details: dict, out_dir: Path) -> dict[str, Path]:
     return {
         PLOT_FILES["curves_samples"]: plot_curves(result, details, "curve", "cumulative samples N",
                                                   temporary("curves_samples")),
-        PLOT_FILES["curves_steps"]: plot_curves(result, details, "step_curve", "optimizer steps", temporary("curves_steps")),
+        PLOT_FILES["curves_steps"]: plot_curves(result, details, "step_curve", "optimizer updates", temporary("curves_steps")),
         PLOT_FILES["grad_norm"]: plot_grad_norm(details, temporary("grad_norm")),
         PLOT_FILES["r_n"]: plot_r_n(result, temporary("r_n")),
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batchscale.analysis import alignment, bootstrap, targets
+from batchscale.analysis import alignment, intervals, signal, targets
 from batchscale.analysis.plots import PLOT_FILES, ordered_labels, render_plots
 
 
@@ -23,11 +23,18 @@ def format_number(value, digits: int = 3) -> str:
 
 
 def format_samples_to_target(n_star: dict) -> str:
-    """mean [ci_low, ci_high] (reached/total)."""
+    """mean [ci_low, ci_high] (reached/total), or the mean and why there is no interval ("one seed: uncertainty
+    unknown")."""
     text = format_number(n_star["mean"], 4)
     if n_star["ci_low"] is not None:
         text += f" [{format_number(n_star['ci_low'], 4)}, {format_number(n_star['ci_high'], 4)}]"
+    elif n_star["mean"] is not None and n_star.get("interval"):
+        text += f" ({n_star['interval']})"
     return text + f" ({n_star['reached']}/{n_star['reached'] + n_star['censored']})"
+
+
+def format_target(result: dict) -> str:
+    return "none" if result["target"] is None else f"{result['target']:.4g}"
 
 
 def build_table_rows(result: dict, details: dict) -> list[list[str]]:
@@ -41,6 +48,7 @@ def build_table_rows(result: dict, details: dict) -> list[list[str]]:
             format_number(extra["lr_rule"]),
             format_number(config["lr"]),
             format_samples_to_target(config["samples_to_target"]),
+            format_number(config.get("time_to_target_realized")),
             format_number(config["r_n"]),
             format_number(config["updates_to_target"], 4),
             format_number(config["update_ratio"]),
@@ -50,8 +58,8 @@ def build_table_rows(result: dict, details: dict) -> list[list[str]]:
     return rows
 
 
-TABLE_HEADER = ["label", "B", "lr rule", "lr", "N* mean [95% CI] (reached)", "rN", "updates", "update ratio",
-                "aligned", "|g| actor"]
+TABLE_HEADER = ["label", "B", "lr rule", "lr", "N* mean [95% CI] (reached)", "realized T (s)", "rN", "updates",
+                "update ratio", "aligned", "|g| actor"]
 
 
 def render_report(result: dict, details: dict, figures: bool = True) -> str:
@@ -59,31 +67,38 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
     lines = [
         "# Learning side: samples-to-target, invariance, gradient noise",
         "",
-        f"Reference: `{result['reference']}`. Target score: {result['target']:.4g} ({details['target_rule']}).",
+        f"Reference: `{result['reference']}`. Target score: {format_target(result)} ({details['target_rule']}).",
         "",
+        *([f"**No learning signal: no verdict.** {result['why_no_signal']}.", ""] if not result.get("learning_signal",
+                                                                                               True) else []),
         "| " + " | ".join(TABLE_HEADER) + " |",
         "|" + "---|" * len(TABLE_HEADER),
         *("| " + " | ".join(row) + " |" for row in build_table_rows(result, details)),
         "",
         "## How these were measured",
-        f"- N*: first crossing of the target per seed, linear interpolation between eval points; a seed that never reaches "
-        f"it is censored. Mean and {bootstrap.DEFAULT_CONFIDENCE:.0%} percentile-bootstrap CI "
-        f"({bootstrap.DEFAULT_RESAMPLES} resamples) over the seeds that reached it; '(reached/total)' counts them.",
-        "- rN = mean N*(label) / mean N*(reference); updates = N*/samples_per_step; update ratio against the reference "
-        "(ideal for a doubled batch: 0.5).",
+        f"- N*: first crossing of the target, found per seed, by linear interpolation between eval points"
+        + (f" of a centred {result.get('smooth_window')}-eval moving average (zero lag)" if result.get("smooth_window", 1)
+           > 1 else " (raw evals, no smoothing)") + f"; a seed that never reaches it is censored; a crossing between "
+        f"evals more than {targets.WIDE_BRACKET_FRACTION:.0%} of N* apart is warned about (read late on a concave "
+        f"curve). Mean over the seeds that reached it, and a {intervals.DEFAULT_CONFIDENCE:.0%} {intervals.INTERVAL_METHOD}"
+        f" (Student's t, n-1 df; with one seed: \"{intervals.ONE_SEED}\"); '(reached/total)' counts them.",
+        "- realized T: per seed, the sum of `time/step` up to the crossing (warm-up step included); mean over reached seeds.",
+        "- rN = mean N*(label) / mean N*(reference); updates = N* / samples_per_step * updates_per_step; update ratio "
+        "against the reference (ideal for a doubled batch: 0.5).",
         f"- aligned: D = mean |J_label - J_ref| / mean pooled seed sd over the common sample range; aligned when "
         f"D <= {alignment.ALIGNMENT_THRESHOLD}.",
         f"- default target rule: {targets.DEFAULT_TARGET_FRACTION:.0%} of the way from the reference's initial to best mean "
-        "score (used unless --target is given).",
+        f"score (used unless --target is given), offered only when the reference's mean curve rises at least "
+        f"{signal.RISE_SIGMAS:g}x its eval noise above its start (seed spread or eval-to-eval scatter).",
         "",
         "## Batch-size invariance",
         f"Family compared (lr_rule of the reference): {', '.join(f'`{label}`' for label in details['family'])}.",
     ]
-    breaking = details.get("alignment_break")
-    lines.append(
-        f"Alignment breaks at samples_per_step = {breaking}." if breaking is not None
-        else "Alignment does not break within the family measured."
-    )
+    breaking = details.get("alignment_break") or {"status": "holds", "samples_per_step": None, "note": ""}
+    lines.append({
+        "breaks": f"Alignment breaks at samples_per_step = {breaking['samples_per_step']} ({breaking['note']}).",
+        "holds": "Alignment does not break within the family measured (a break needs two consecutive failing batches).",
+    }.get(breaking["status"], f"Where alignment breaks is undetermined ({breaking['note']})."))
     for label in ordered_labels(result):
         measured = details["labels"][label]["alignment"]
         if label == result["reference"]:
@@ -96,8 +111,8 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
                          f"({direction} per sample than the reference on average)")
     lines += ["", "## Gradient noise (critical training batch)",
               f"Proxy: mean gradient norm over step records up to {format_number(details.get('grad_window_samples'))} "
-              "samples (the same window for every label); fit |g|^2 = a + b/B by relative least squares, "
-              "B_simple = b/a (McCandlish et al. 2018)."]
+              "samples (the same window for every label); fit |g|^2 = a + b/B by relative least squares, with B the "
+              "samples per optimizer update (run.json samples_per_update), B_simple = b/a (McCandlish et al. 2018)."]
     for network, fit in (details.get("grad_noise") or {}).items():
         if not fit:
             lines.append(f"- {network}: no `grad_norm/{network}` in the step records")

@@ -32,14 +32,22 @@ def plan(
         Optional[float], typer.Option("--critical-generation-batch", help="Generation knee, samples in flight.")
     ] = None,
     critical_training_batch: Annotated[
-        Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per step.")
+        Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per update.")
     ] = None,
     model: Annotated[
-        Optional[str], typer.Option("--model", help="With --hardware: mark rows whose P*G KV cache does not fit.")
+        Optional[str], typer.Option("--model", help="With --hardware: mark rows whose decode batch's KV cache does not fit.")
     ] = None,
     hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware preset, e.g. H100-SXM.")] = None,
     context: Annotated[int, typer.Option("--context", help="Tokens per sequence for the KV-cache bound.")] = 2048,
     mem_util: Annotated[float, typer.Option("--mem-util", help="Usable fraction of device memory.")] = 0.9,
+    max_concurrency: Annotated[
+        Optional[int], typer.Option("--max-concurrency", help="Sequences decoding at once per engine (default: run.json).")
+    ] = None,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs for rollout: replicas = gpus / tensor-parallel.")] = 1,
+    tensor_parallel: Annotated[int, typer.Option("--tensor-parallel", help="GPUs one engine replica spans.")] = 1,
+    colocated: Annotated[
+        bool, typer.Option("--colocated", help="The trainer shares the GPUs: its weights and Adam state use memory.")
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
     allow_mixed: Annotated[
         bool, typer.Option("--allow-mixed", help="Plan over runs of different tasks or models (refused by default).")
@@ -52,9 +60,11 @@ def plan(
 
     if (model is None) != (hardware is None):
         raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
-    memory = compute_memory_limit(model, hardware, context, mem_util) if model is not None else None
+    memory = compute_memory_limit(model, hardware, context, mem_util, gpus=gpus, tensor_parallel=tensor_parallel,
+                                  colocated=colocated) if model is not None else None
     decision, explanation, regime, source = make_plan(
-        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch, memory
+        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch, memory,
+        max_concurrency,
     )
     if path is not None:
         from batchscale.analysis.runs import check_mixed_runs
@@ -75,7 +85,8 @@ def print_plan(decision, explanation: str, regime) -> None:
 
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"Decision: T = N*/q, reference {decision.reference}")
-    headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "T/T_ref", "feasible")
+    headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "realized T",
+               "T/T_ref", "feasible")
     for name in headers:
         table.add_column(name, justify="left" if name == "label" else "right")
     for r in decision.rows:
@@ -87,12 +98,15 @@ def print_plan(decision, explanation: str, regime) -> None:
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             censored if m.samples_to_target is None else f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else ""),
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
-            format_duration(r.time_to_target_s), _fmt(r.normalized_time_to_target, "{:.2f}"),
+            format_duration(r.time_to_target_s), format_duration(m.extra.get("time_to_target_realized")),
+            _fmt(r.normalized_time_to_target, "{:.2f}"),
             "yes" if m.feasible else "no",
             style=style,
         )  # fmt: skip
     console.print(table)
     console.print(f"[bold]Best:[/bold] {decision.best or 'none'}. {explanation}", highlight=False)
+    verdict = "resolved at the 95% level" if decision.resolved else f"unresolved: {decision.why_unresolved}"
+    console.print(f"[bold]Verdict:[/bold] {verdict}; runner-up {decision.runner_up or 'none'}.", highlight=False)
     console.print(f"[bold]Regime:[/bold] {regime.sentence}", highlight=False)
 
 

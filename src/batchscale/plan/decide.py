@@ -17,12 +17,16 @@ Departures and choices the paper leaves open:
 - Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
   samples_per_step (less memory, nearer the aligned range), then the earlier row.
 - The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
+- N* = 0 (the target met at the first eval) is allowed: such a row has rN = 0 and T = 0 (no score: q/rN is infinite);
+  a reference with N* = 0 normalizes nothing, so no row gets a ratio and no winner is named (`why_unresolved` says why).
+- No learning signal (analysis.json `learning_signal` false): the rows are shown, no winner is named.
+- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level: resolve.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from batchscale.errors import UserError
 
@@ -42,7 +46,12 @@ class ConfigMeasurement:
     prompts_per_step: int | None = None  # P
     samples_per_prompt: int | None = None  # G
     samples_per_step: int | None = None  # B_train = P*G
-    samples_to_target_ci: tuple[float, float] | None = None  # bootstrap interval of N* over seeds, when known
+    log_samples_to_target_mean: float | None = None  # mean of ln N* over reached seeds (None: unknown, or N* = 0)
+    log_samples_to_target_sd: float | None = None  # sd of ln N* over reached seeds (None with one seed)
+    log_throughput_sd: float | None = None  # sd of ln(samples_per_step / time/step) over the steps q came from
+    throughput_steps: int | None = None  # how many steps that is
+    generation_batch: int | None = None  # responses in flight (run.json), for the memory check
+    max_concurrency: int | None = None  # sequences decoding at once (run.json, a table column or --max-concurrency)
     extra: dict = field(default_factory=dict)  # source-specific numbers passed through to JSON (e.g. phase times)
 
     @property
@@ -69,28 +78,29 @@ class PlanRow:
     def label(self) -> str:
         return self.measurement.label
 
-    @property
-    def time_interval_s(self) -> tuple[float, float] | None:
-        """T's interval from N*'s seed interval at the measured q (q's own noise not included)."""
-        ci = self.measurement.samples_to_target_ci
-        q = self.measurement.throughput_samples_per_s
-        return None if ci is None else (ci[0] / q, ci[1] / q)
-
 
 @dataclass(frozen=True)
 class Plan:
-    """The decision table and its winner (None when no row is eligible)."""
+    """The decision table and its winner (None when no row is eligible, or there is nothing to decide on), the
+    runner-up, and whether the winner beats both the runner-up and the reference at the 95% level (resolve.py)."""
 
     reference: str
     rows: list[PlanRow]
     best: str | None
+    runner_up: str | None = None
+    resolved: bool = False
+    why_unresolved: str | None = None
+    no_decision: str | None = None  # why there is nothing to decide on (no learning signal, reference N* = 0)
 
     def row(self, label: str) -> PlanRow:
         return next(r for r in self.rows if r.label == label)
 
 
-def compute_plan(measurements: list[ConfigMeasurement], reference: str) -> Plan:
-    """Compute r_n, throughput gain, T and T/T_ref for every configuration and pick the feasible fastest to target."""
+def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signal: str | None = None) -> Plan:
+    """Compute r_n, throughput gain, T and T/T_ref for every configuration and pick the feasible fastest to target;
+    `no_signal` (why there is no learning signal) shows the rows and names no winner."""
+    from batchscale.plan.resolve import resolve_plan
+
     if not measurements:
         raise UserError("table", "has no configurations", "give at least the reference configuration")
     by_label: dict[str, ConfigMeasurement] = {}
@@ -110,6 +120,9 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str) -> Plan:
             f"reference {reference!r}", f"is infeasible ({why})" if why else "is marked infeasible",
             "choose a reference that fits (--reference), or a shorter --context / larger hardware",
         )
+    if no_signal is not None:
+        rows = [_compute_row(m, replace(ref, samples_to_target=None)) for m in measurements]
+        return Plan(reference=reference, rows=rows, best=None, why_unresolved=no_signal, no_decision=no_signal)
     if ref.censoring == "censored":
         raise UserError(
             f"reference {reference!r}",
@@ -117,7 +130,12 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str) -> Plan:
             "lower the target or choose a reference that reaches it",
         )
     rows = [_compute_row(m, ref) for m in measurements]
-    return Plan(reference=reference, rows=rows, best=_pick_best(rows))
+    if ref.samples_to_target == 0:
+        why = (f"the reference {reference} meets the target at its first eval (N* = 0), so no rN is defined: "
+               "choose a higher --target")
+        return Plan(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
+    best = _pick_best(rows)
+    return Plan(reference, rows, best, *resolve_plan(rows, best, reference))
 
 
 def _check_positive(m: ConfigMeasurement) -> None:
@@ -126,10 +144,10 @@ def _check_positive(m: ConfigMeasurement) -> None:
     if not (math.isfinite(q) and q > 0):
         raise UserError(f"label {m.label!r} throughput", f"must be a positive number of samples/s, got {q}", "fix it")
     n = m.samples_to_target
-    if n is not None and not (math.isfinite(n) and n > 0):
+    if n is not None and not (math.isfinite(n) and n >= 0):
         raise UserError(
             f"label {m.label!r} samples_to_target",
-            f"must be a positive number of samples, got {n}",
+            f"must be a number of samples >= 0, got {n}",
             "fix the value, or mark the configuration censored if it never reached the target",
         )
 
@@ -138,15 +156,17 @@ def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
     gain = m.throughput_samples_per_s / ref.throughput_samples_per_s
     if m.samples_to_target is None:
         return PlanRow(m, None, gain, None, None, None, eligible=False)
-    r_n = m.samples_to_target / ref.samples_to_target
     time_s = m.samples_to_target / m.throughput_samples_per_s
+    if not ref.samples_to_target:  # N* = 0 at the reference (or unknown): nothing to normalize by
+        return PlanRow(m, None, gain, time_s, None, None, eligible=False)
+    r_n = m.samples_to_target / ref.samples_to_target
     return PlanRow(
         measurement=m,
         r_n=r_n,
         throughput_gain=gain,
         time_to_target_s=time_s,
         normalized_time_to_target=r_n / gain,
-        score=gain / r_n,
+        score=gain / r_n if r_n > 0 else None,
         eligible=m.feasible and m.censoring == "reached",
     )
 

@@ -8,12 +8,14 @@ decode throughput against samples in flight) with the critical training batch (B
 - training critical batch first: rN starts growing while throughput still improves, so the optimum can lie beyond B_simple
   when the throughput gain keeps outpacing the penalty.
 Departure: the paper states the regimes qualitatively; here the two estimates are compared directly and the sentence says the
-call is tentative when they lie within `TENTATIVE_RATIO` of each other (both are noisy estimates). A missing or
-non-positive estimate gives "unknown".
+call is tentative when they lie within `TENTATIVE_RATIO` of each other (both are noisy estimates), or when the knee is a
+forecast (plan/make.py `reachable_knee`: the knee used is min(B_90, the largest measured concurrency, the KV capacity),
+tentative when the fit's B_90 lies beyond either). A missing or non-positive estimate gives "unknown".
 
 The explanation names the winner's rN, throughput gain and T/T_ref, then one loser: the next larger eligible batch when
-there is one (why going bigger stops paying), else the runner-up; and the fastest row that was ruled out (infeasible or
-censored), if it would have been faster.
+there is one (why going bigger stops paying), else the runner-up (a loser whose T/T_ref is level with the winner's to
+the digits shown is called level, not above); the fastest row that was ruled out (infeasible or censored), if it would
+have been faster; whether the win is resolved (resolve.py) and, if not, why; and a row that decodes in waves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchscale.plan.decide import Plan, PlanRow, rank_rows
+from batchscale.plan.memory import describe_waves
 
 TENTATIVE_RATIO = 1.5
 
@@ -30,11 +33,14 @@ class Regime:
     name: str  # "generation-knee-first", "training-critical-first" or "unknown"
     sentence: str
     critical_generation_batch_samples: float | None  # samples in flight at the generation knee
-    critical_training_batch_samples: float | None  # B_simple, samples per step
+    critical_training_batch_samples: float | None  # B_simple, samples per update
+    tentative: bool = False
 
 
-def classify_regime(critical_generation_batch: float | None, critical_training_batch: float | None) -> Regime:
-    """Which critical batch comes first, and what that means for where the optimum lies."""
+def classify_regime(critical_generation_batch: float | None, critical_training_batch: float | None,
+                    knee_note: str | None = None) -> Regime:
+    """Which critical batch comes first, and what that means for where the optimum lies; `knee_note` says why the
+    generation knee is only a forecast (the call is then tentative)."""
     gen = critical_generation_batch if _is_positive(critical_generation_batch) else None
     train = critical_training_batch if _is_positive(critical_training_batch) else None
     if gen is None or train is None:
@@ -48,19 +54,22 @@ def classify_regime(critical_generation_batch: float | None, critical_training_b
         name = "generation-knee-first"
         sentence = (
             f"Generation knee first: decode throughput saturates near {gen:.0f} samples in flight, before the critical "
-            f"training batch B_simple ~ {train:.0f} samples/step, so expect a broad near-optimal region while rN stays near "
-            f"1; pushing the batch further eventually raises T."
+            f"training batch B_simple ~ {train:.0f} samples/update, so expect a broad near-optimal region while rN stays "
+            f"near 1; pushing the batch further eventually raises T."
         )
     else:
         name = "training-critical-first"
         sentence = (
-            f"Training critical batch first: B_simple ~ {train:.0f} samples/step comes before the generation knee near "
+            f"Training critical batch first: B_simple ~ {train:.0f} samples/update comes before the generation knee near "
             f"{gen:.0f} samples in flight, so rN grows past B_simple, but the optimum can lie beyond it while throughput "
             f"keeps improving faster than rN."
         )
+    reasons = [knee_note] if knee_note else []
     if max(gen, train) / min(gen, train) < TENTATIVE_RATIO:
-        sentence = sentence[:-1] + f" (tentative: the two lie within {TENTATIVE_RATIO}x of each other)."
-    return Regime(name, sentence, gen, train)
+        reasons.append(f"the two lie within {TENTATIVE_RATIO}x of each other")
+    if reasons:
+        sentence = sentence[:-1] + f" (tentative: {'; '.join(reasons)})."
+    return Regime(name, sentence, gen, train, tentative=bool(reasons))
 
 
 def explain_decision(plan: Plan) -> str:
@@ -68,15 +77,19 @@ def explain_decision(plan: Plan) -> str:
     if plan.best is None:
         return _explain_no_winner(plan)
     winner = plan.row(plan.best)
-    tie = _tie_with_reference(plan, winner)
-    parts = [_describe_winner(winner, plan.reference) + (f", {tie}" if tie else "")]
+    unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
+    parts = [_describe_winner(winner, plan.reference) + (f", {unresolved}" if unresolved else "")]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))
     ruled_out = [r for r in rank_rows(plan) if not r.eligible and r.time_to_target_s < winner.time_to_target_s]
     if ruled_out:
         r = ruled_out[0]
-        parts.append(f"{r.label} would be faster (T/T_ref = {r.normalized_time_to_target:.2f}) but is {_why_ineligible(r)}")
+        parts.append(f"{r.label} would be faster (T/T_ref = {_fixed(r.normalized_time_to_target)}) but is "
+                     f"{_why_ineligible(r)}")
+    waves = describe_waves(winner.measurement)
+    if waves:
+        parts.append(f"{winner.label}'s {waves}")
     return "; ".join(parts) + "."
 
 
@@ -88,18 +101,6 @@ def format_duration(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.2f} h"
-
-
-def _tie_with_reference(plan: Plan, w: PlanRow) -> str | None:
-    """A warning when the seeds cannot separate the winner from the reference: their T intervals overlap."""
-    if w.label == plan.reference:
-        return None
-    mine, ref = w.time_interval_s, plan.row(plan.reference).time_interval_s
-    if mine is None or ref is None or mine[0] > ref[1] or ref[0] > mine[1]:
-        return None
-    return (f"but with these seeds its T interval [{format_duration(mine[0])}, {format_duration(mine[1])}] overlaps "
-            f"the reference's [{format_duration(ref[0])}, {format_duration(ref[1])}], so the gain is not yet resolved: "
-            "add seeds to confirm it")
 
 
 def _describe_winner(w: PlanRow, reference: str) -> str:
@@ -118,9 +119,11 @@ def _describe_loser(r: PlanRow, w: PlanRow) -> str:
             f"{r.label} loses: rN {r.r_n:.2f} outweighs its {r.throughput_gain:.2f}x throughput, "
             f"T/T_ref = {r.normalized_time_to_target:.2f}"
         )
+    mine, theirs = f"{r.normalized_time_to_target:.2f}", f"{w.normalized_time_to_target:.2f}"
+    relation = f"level with {w.label}'s" if mine == theirs else f"above {w.label}'s"
     return (
         f"{r.label} loses: its {r.throughput_gain:.2f}x throughput for rN {r.r_n:.2f} gives "
-        f"T/T_ref = {r.normalized_time_to_target:.2f}, above {w.label}'s {w.normalized_time_to_target:.2f}"
+        f"T/T_ref = {mine}, {relation} {theirs}"
     )
 
 
@@ -147,6 +150,8 @@ def _why_ineligible(r: PlanRow) -> str:
 
 
 def _explain_no_winner(plan: Plan) -> str:
+    if plan.no_decision:
+        return f"No configuration can be recommended: {plan.no_decision}."
     infeasible = [r.label for r in plan.rows if not r.measurement.feasible]
     censored = [r.label for r in plan.rows if r.measurement.feasible and r.measurement.censoring != "reached"]
     reasons = []
@@ -155,6 +160,10 @@ def _explain_no_winner(plan: Plan) -> str:
     if censored:
         reasons.append("censored in at least one seed: " + ", ".join(censored))
     return "No configuration can be recommended: every row is ruled out (" + "; ".join(reasons) + ")."
+
+
+def _fixed(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _is_positive(x: float | None) -> bool:

@@ -9,12 +9,19 @@ Sources (formats in batchscale.rundir):
 
 Throughput estimator (documented choice; the paper asks for "stable end-to-end throughput"): per seed,
 q_seed = samples_per_step / median(time/step) over step records after the first (the first step carries warm-up: allocator,
-kernel selection, cache growth), with samples_per_step from the run descriptor; a run with a single step record uses that step. The
-median resists stragglers (a checkpoint write, a long-response step). q = mean of q_seed over seeds. Eval time is not in
-time/step, so q is the training loop's throughput, as the paper's q is. Median time/generate and time/train per step are
-passed through so the table can show where the time goes.
+kernel selection, cache growth), with samples_per_step from the run descriptor. The median resists stragglers (a checkpoint
+write, a long-response step). q = mean of q_seed over seeds. A label none of whose runs has a step after the warm-up step
+gets its q from the warm-up step, and the row says so (`throughput_warmup_only`) and a DataWarning is raised: never a
+silent warm-up q. Eval time is not in time/step, so q is the training loop's throughput, as the paper's q is. Median
+time/generate and time/train per step are passed through so the table can show where the time goes. For the resolution
+test (resolve.py) the sd of ln(samples_per_step / time/step) over those steps, pooled over seeds, travels with q.
 
-N* is analysis.json's mean over the seeds that reached the target; rN is recomputed here as a ratio of those means (which may
+Realized time-to-target (analysis.json `time_to_target_realized`: time/step summed up to the crossing, warm-up included)
+is passed through beside T = N*/q. The batch facts the memory check needs, generation_batch and max_concurrency, come
+from the runs' run.json.
+
+N* is analysis.json's mean over the seeds that reached the target (with the mean and sd of ln N* for the resolution test);
+rN is recomputed here as a ratio of those means (which may
 differ from analysis.json's own r_n if that was computed otherwise) so that T/T_ref = rN / (q/q_ref) holds exactly.
 Every configuration that has runs is feasible (it ran on this machine).
 """
@@ -23,10 +30,11 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscale.errors import UserError
+from batchscale.errors import DataWarning, UserError
 from batchscale.plan.decide import ConfigMeasurement
 from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile, Run,
                                find_run_dirs, read_document, read_run, sweep_runs_dir)
@@ -43,6 +51,8 @@ class SweepInputs:
     critical_generation_batch_samples: float | None  # generation profile knee
     analysis_path: Path
     profile_path: Path | None
+    profile: GenerationProfile | None = None
+    no_signal: str | None = None  # analysis.json why_no_signal when there is no learning signal
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,10 @@ class RunThroughput:
     generate_s: float | None  # median time/generate
     train_s: float | None  # median time/train
     steps_used: int
+    log_samples_per_s: list[float]  # ln(samples_per_step / time/step) of each step used
+    warmup_only: bool  # no step after the warm-up step: the warm-up step is all there is
+    generation_batch: int | None  # run.json
+    max_concurrency: int | None  # run.json
 
 
 def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path | None = None) -> SweepInputs:
@@ -79,6 +93,8 @@ def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path
         critical_generation_batch_samples=profile.critical_generation_batch if profile else None,
         analysis_path=analysis_path,
         profile_path=profile_path,
+        profile=profile,
+        no_signal=None if analysis.learning_signal else analysis.why_no_signal,
     )
 
 
@@ -96,7 +112,8 @@ def measure_sweep_throughput(sweep_dir: Path) -> dict[str, list[RunThroughput]]:
 
 
 def measure_run_throughput(run: Run) -> RunThroughput | None:
-    """q for one run: samples_per_step / median(time/step), dropping the first (warm-up) step. None if nothing is timed."""
+    """q for one run: samples_per_step / median(time/step), dropping the first (warm-up) step; a run with only that
+    step is marked warmup_only. None if nothing is timed."""
     steps = [s for s in run.steps if _is_positive(s.get("time/step"))]
     if not steps:
         return None
@@ -108,6 +125,10 @@ def measure_run_throughput(run: Run) -> RunThroughput | None:
         generate_s=_median_of(stable, "time/generate"),
         train_s=_median_of(stable, "time/train"),
         steps_used=len(stable),
+        log_samples_per_s=[math.log(run.samples_per_step / s["time/step"]) for s in stable],
+        warmup_only=len(steps) == 1,
+        generation_batch=run.descriptor.generation_batch,
+        max_concurrency=run.descriptor.max_concurrency,
     )
 
 
@@ -120,16 +141,27 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
             f"has no run with timed step records under {sweep_runs_dir(sweep_dir)}",
             "give the sweep directory that holds this analysis's runs",
         )
+    stable = [r for r in runs if not r.warmup_only]
+    if not stable:
+        warnings.warn(f"{label}: no run has a step after the warm-up step, so its q includes warm-up (the first step "
+                      "carries allocation and compilation): run longer to measure it", DataWarning)
+    runs = stable or runs
+    log_q = [value for r in runs for value in r.log_samples_per_s]
     return ConfigMeasurement(
         label=label,
         samples_to_target=stt.mean if stt.reached != 0 else None,
         throughput_samples_per_s=statistics.fmean(r.samples_per_s for r in runs),
+        log_samples_to_target_mean=stt.log_mean,
+        log_samples_to_target_sd=stt.log_sd,
+        log_throughput_sd=statistics.stdev(log_q) if len(log_q) > 1 else None,
+        throughput_steps=len(log_q),
+        generation_batch=_agreed([r.generation_batch for r in runs]),
+        max_concurrency=_agreed([r.max_concurrency for r in runs]),
         seeds_reached=stt.reached,
         seeds_censored=stt.censored,
         prompts_per_step=cfg.prompts_per_step,
         samples_per_prompt=cfg.samples_per_prompt,
         samples_per_step=cfg.samples_per_step,
-        samples_to_target_ci=(stt.ci_low, stt.ci_high) if stt.ci_low is not None and stt.ci_high is not None else None,
         extra={
             "throughput_seeds": len(runs),
             "throughput_min_samples_per_s": min(r.samples_per_s for r in runs),
@@ -137,8 +169,16 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
             "step_s": statistics.fmean(r.step_s for r in runs),
             "generate_s": _mean_or_none([r.generate_s for r in runs]),
             "train_s": _mean_or_none([r.train_s for r in runs]),
+            "time_to_target_realized": cfg.time_to_target_realized,
+            "throughput_warmup_only": not stable,
         },
     )
+
+
+def _agreed(values: list[int | None]) -> int | None:
+    """The largest of the seeds' values (the memory check must hold for every seed); None if none says."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 def _find_profile(sweep_dir: Path, given: Path | None) -> Path | None:

@@ -7,6 +7,10 @@ Columns (header names are case-insensitive; extra columns are ignored):
 - `feasible` (optional): true/false, 1/0, yes/no; missing column means every row is feasible;
 - `prompts_per_step`, `samples_per_prompt`, `samples_per_step` (optional): P, G and B_train, positive integers, shown in
   the table and used to name the next larger batch in the explanation. B_train = P*G is filled in when only P and G are given.
+- `max_concurrency` (optional): sequences the engine decodes at once, a positive integer; the memory check's decode batch
+  is min(B_train, max_concurrency) (plan/memory.py). `plan --max-concurrency` overrides it.
+
+A table carries no per-seed spread, so a plan from it is never `resolved` (resolve.py says why).
 
 Every rule broken raises `UserError` naming the file, the row (1-based line number, header is line 1) and the column.
 """
@@ -80,6 +84,8 @@ def _parse_row(row: dict[str, str], where: str) -> ConfigMeasurement:
     throughput = _parse_positive(row["throughput"], f"{where} column throughput")
     feasible = _parse_bool(row["feasible"], f"{where} column feasible") if "feasible" in row else True
     batch = {c: _parse_count(row[c], f"{where} column {c}") if row.get(c) else None for c in BATCH_COLUMNS}
+    max_concurrency = _parse_count(row["max_concurrency"], f"{where} column max_concurrency") \
+        if row.get("max_concurrency") else None
     if batch["samples_per_step"] is None and batch["prompts_per_step"] and batch["samples_per_prompt"]:
         batch["samples_per_step"] = batch["prompts_per_step"] * batch["samples_per_prompt"]
     return ConfigMeasurement(
@@ -88,6 +94,7 @@ def _parse_row(row: dict[str, str], where: str) -> ConfigMeasurement:
         throughput_samples_per_s=throughput,
         feasible=feasible,
         seeds_reached=0 if censored else None,
+        max_concurrency=max_concurrency,
         **batch,
     )
 

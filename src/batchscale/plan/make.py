@@ -6,6 +6,7 @@ disagree.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from batchscale.errors import UserError
@@ -13,7 +14,7 @@ from batchscale.plan.decide import Plan, PlanRow, compute_plan
 from batchscale.plan.explain import Regime, classify_regime, explain_decision
 from batchscale.plan.load_sweep import THROUGHPUT_METHOD, load_sweep
 from batchscale.plan.load_table import load_table
-from batchscale.plan.memory import MemoryLimit, apply_memory_limit
+from batchscale.plan.memory import MemoryLimit, apply_memory_limit, check_parallelism
 from batchscale.rundir import PlanDocument
 
 
@@ -25,16 +26,18 @@ def make_plan(
     critical_generation_batch: float | None = None,
     critical_training_batch: float | None = None,
     memory: MemoryLimit | None = None,
+    max_concurrency: int | None = None,
 ) -> tuple[Plan, str, Regime, dict]:
     """The decision, its explanation, the regime and where the numbers came from (for `plan_document`); the `plan`
-    command and the report both call this, so they cannot disagree."""
+    command and the report both call this, so they cannot disagree. `max_concurrency` (sequences decoding at once)
+    replaces what run.json or the table says."""
     if (path is None) == (table is None):
         raise UserError("plan input", "needs exactly one of a sweep directory or --table", "give one of them")
     if table is not None:
         measurements = load_table(table)
         reference = reference if reference is not None else measurements[0].label
         source = {"source": "table", "table": str(table), "throughput_method": "as given in the table"}
-        gen_knee, b_simple = None, None
+        gen_knee, b_simple, profile, no_signal = None, None, None, None
     else:
         sweep = load_sweep(path, reference, generation_profile)
         measurements, reference = sweep.measurements, sweep.reference
@@ -43,20 +46,39 @@ def make_plan(
             "throughput_method": THROUGHPUT_METHOD, "generation_profile": str(sweep.profile_path or "") or None,
         }
         gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
+        profile, no_signal = sweep.profile, sweep.no_signal
     for name, value in (("--critical-generation-batch", critical_generation_batch),
                         ("--critical-training-batch", critical_training_batch)):  # fmt: skip
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise UserError(name, f"must be a positive finite number of samples, got {value}", "pass a positive number")
+    if max_concurrency is not None:
+        check_parallelism(1, 1, max_concurrency)
+        measurements = [replace(m, max_concurrency=max_concurrency) for m in measurements]
     if memory is not None:
         measurements = apply_memory_limit(measurements, memory)
-        source["memory"] = {"model": memory.model, "hardware": memory.hardware, "context": memory.context,
-                            "kv_max_batch": memory.kv_max_batch}
-    decision = compute_plan(measurements, reference)
-    regime = classify_regime(
-        critical_generation_batch if critical_generation_batch is not None else gen_knee,
-        critical_training_batch if critical_training_batch is not None else b_simple,
-    )
+        source["memory"] = memory.to_json()
+    decision = compute_plan(measurements, reference, no_signal)
+    knee, knee_note = (critical_generation_batch, None) if critical_generation_batch is not None else \
+        reachable_knee(gen_knee, profile, memory)
+    regime = classify_regime(knee, critical_training_batch if critical_training_batch is not None else b_simple,
+                             knee_note)
     return decision, explain_decision(decision), regime, source
+
+
+def reachable_knee(knee: float | None, profile, memory: MemoryLimit | None) -> tuple[float | None, str | None]:
+    """min(B_90, largest measured concurrency, KV capacity over the replicas), and why it is tentative (the fit's
+    knee lies beyond the measured range or beyond the KV capacity) or None."""
+    if knee is None or profile is None:
+        return knee, None
+    largest = max(row.concurrency for row in profile.rows)
+    capacity = memory.kv_max_batch * memory.replicas if memory is not None else None
+    reachable = min(v for v in (knee, largest, capacity) if v is not None)
+    reasons = []
+    if profile.knee is not None and profile.knee.extrapolated or knee > largest:
+        reasons.append(f"the fitted knee {knee:.0f} lies beyond the largest concurrency measured, {largest}")
+    if capacity is not None and knee > capacity:
+        reasons.append(f"the fitted knee {knee:.0f} lies beyond the KV capacity, {capacity} sequences")
+    return reachable, "; ".join(reasons) or None
 
 
 def plan_document(decision: Plan, explanation: str, regime: Regime, source: dict) -> PlanDocument:
@@ -64,12 +86,16 @@ def plan_document(decision: Plan, explanation: str, regime: Regime, source: dict
     return PlanDocument.model_validate({
         "reference": decision.reference,
         "best": decision.best,
+        "runner_up": decision.runner_up,
+        "resolved": decision.resolved,
+        "why_unresolved": decision.why_unresolved,
         "explanation": explanation,
         "regime": {
             "name": regime.name,
             "sentence": regime.sentence,
             "critical_generation_batch": regime.critical_generation_batch_samples,
             "critical_training_batch": regime.critical_training_batch_samples,
+            "tentative": regime.tentative,
         },
         **source,
         "rows": [_row_to_json(r) for r in decision.rows],

@@ -37,11 +37,11 @@ class Figure:
 LEARNING_TITLES = {
     "curves_samples": ("Learning curves: J vs cumulative samples", "Seed mean per label, band +-1 seed sd; dashed: the "
                        "target. Aligned curves overlap on this axis; a lagging curve pays a sample penalty rN > 1."),
-    "curves_steps": ("Learning curves: J vs optimizer steps", "The same runs indexed by updates: larger batches look "
+    "curves_steps": ("Learning curves: J vs optimizer updates", "The same runs indexed by updates: larger batches look "
                      "faster here, which is why the decision uses samples and wall-clock, not steps."),
-    "grad_norm": ("Gradient norm vs samples per step (log-log)", "Mean actor gradient norm per label with the fitted "
+    "grad_norm": ("Gradient norm vs samples per update (log-log)", "Mean actor gradient norm per label with the fitted "
                   "slope (pure noise: -0.5) and sqrt(a + b/B); B_simple = b/a is the critical training batch."),
-    "r_n": ("Samples-to-target penalty rN vs samples per step", "rN = N*(B) / N*(B_ref) with the bootstrap CI; "
+    "r_n": ("Samples-to-target penalty rN vs samples per step", "rN = N*(B) / N*(B_ref) with the t-interval of N* on log scale; "
             "o aligned, x not aligned."),
 }
 
@@ -88,7 +88,7 @@ def draw_generation_figure(inputs: ReportInputs, work_dir: Path) -> Figure | Non
     b_simple = inputs.plan["regime"]["critical_training_batch"]
     if b_simple is not None:
         ax.axvline(b_simple, color="k", ls="-.", lw=1, label=f"critical training batch B_simple {b_simple:.3g}")
-        caption += f"; dash-dot: B_simple = {b_simple:.3g} samples/step from the gradient-noise fit"
+        caption += f"; dash-dot: B_simple = {b_simple:.3g} samples/update from the gradient-noise fit"
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency (samples in flight)")
     ax.set_ylabel("tokens/s")

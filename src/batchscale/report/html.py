@@ -12,7 +12,7 @@ from html import escape
 
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
-from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows,
+from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows, verdict,
                                       measurement_notes)
 
 CSS = """
@@ -58,6 +58,7 @@ def render_decision(inputs: ReportInputs) -> str:
         f'<section class="{css}" id="decision">\n'
         f'<p class="winner" id="winner">{escape(headline(plan))}</p>\n'
         f'<p id="explanation">{escape(plan["explanation"])}</p>\n'
+        f'<p id="verdict"><strong>{escape(verdict(plan))}</strong></p>\n'
         f'<p id="regime"><strong>Regime ({escape(regime["name"])}):</strong> {escape(regime["sentence"])}</p>\n'
         f'<p class="muted">Reference {escape(plan["reference"])}; T = N*/q is the time to reach the target score, '
         f"T/T_ref = rN / (q/q_ref).</p>\n</section>"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
-from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes
+from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
 
 
 def _cell(text: str) -> str:
@@ -43,6 +43,8 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         f"## {headline(plan)}",
         "",
         plan["explanation"],
+        "",
+        f"**{verdict(plan)}**",
         "",
         f"**Regime ({plan['regime']['name']}):** {plan['regime']['sentence']}",
         "",

@@ -6,14 +6,14 @@ Numbers come from the plan document (`rundir.PlanDocument`) and analysis.json un
 
 from __future__ import annotations
 
-from batchscale.analysis import alignment, bootstrap
+from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target
 from batchscale.plan.explain import format_duration
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
-                   "T", "T/T_ref", "feasible"]
+                   "T = N*/q", "realized T", "T/T_ref", "feasible"]
 LEARNING_HEADER = ["label", "B_train", "lr", "seeds", "N* mean [95% CI] (reached)", "rN", "update ratio", "aligned",
                    "|g| actor"]
 
@@ -38,7 +38,8 @@ def decision_rows(plan: dict) -> list[tuple[dict, list[str]]]:
             label, _fixed(row.get("prompts_per_step"), "{}"), _fixed(row.get("samples_per_prompt"), "{}"),
             _fixed(row.get("samples_per_step"), "{}"), n_text, _fixed(row.get("throughput_samples_per_s"), "{:,.2f}"),
             _fixed(row.get("r_n"), "{:.2f}"), _fixed(row.get("throughput_gain"), "{:.2f}x"),
-            format_duration(row.get("time_to_target")), _fixed(row.get("normalized_time_to_target"), "{:.2f}"),
+            format_duration(row.get("time_to_target")), format_duration(row.get("time_to_target_realized")),
+            _fixed(row.get("normalized_time_to_target"), "{:.2f}"),
             "yes" if row.get("feasible") else "no",
         ]))
     return out
@@ -66,6 +67,18 @@ def headline(plan: dict) -> str:
     return f"Best configuration: {best}" if best else "No configuration can be recommended"
 
 
+def verdict(plan: dict) -> str:
+    """Whether the decision is resolved by the test on log T (plan/resolve.py), and against whom."""
+    if plan.get("best") is None:
+        return f"Unresolved: {plan.get('why_unresolved') or 'no winner'}."
+    if plan.get("resolved"):
+        rivals = " and ".join(dict.fromkeys(r for r in (plan.get("runner_up"), plan["reference"])
+                                            if r and r != plan["best"]))
+        return (f"Resolved: {plan['best']} reaches the target sooner than {rivals or 'every other row'} at the 95% "
+                "level (test on log T over seeds and steps).")
+    return f"Unresolved: {plan.get('why_unresolved')}."
+
+
 def measurement_notes(inputs: ReportInputs) -> list[str]:
     """One plain-text line per measurement: what it is and how it was measured."""
     plan, analysis = inputs.plan, inputs.analysis
@@ -76,16 +89,19 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
         f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run directories under runs/. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
         "N*: first crossing of the target per seed, linearly interpolated between eval points; a seed that never reaches "
-        f"it is censored. Mean and {bootstrap.DEFAULT_CONFIDENCE:.0%} percentile-bootstrap CI "
-        f"({bootstrap.DEFAULT_RESAMPLES} resamples) over the seeds that reached it; rN = mean N*(B) / mean N*(B_ref). "
-        "A configuration with any censored seed cannot win (its N* is only a lower bound).",
+        f"it is censored. Mean and {intervals.DEFAULT_CONFIDENCE:.0%} {intervals.INTERVAL_METHOD} (Student's t) over "
+        f"the seeds that reached it (with one seed: \"{intervals.ONE_SEED}\"); rN = mean N*(B) / mean N*(B_ref). "
+        "A configuration with any censored seed cannot win (its N* is only a lower bound). Realized T: time/step summed "
+        "up to each seed's crossing (warm-up step included), mean over reached seeds.",
+        "Resolved: the winner beats the runner-up and the reference at the 95% level on log T = ln N* - ln q, with the "
+        "variance of ln N* across seeds and of ln q across steps (Welch t); otherwise the report says why not.",
         f"Alignment: D = mean |J - J_ref| / pooled seed sd over the common sample range; aligned when "
         f"D <= {alignment.ALIGNMENT_THRESHOLD}.",
         f"Throughput q (samples/s): {plan.get('throughput_method')}. T = N*/q; T/T_ref = rN / (q/q_ref); the winner is "
         "the feasible, uncensored configuration with the smallest T (the largest q/rN).",
         "Gradient noise: log-log slope of the mean actor gradient norm vs B = "
         f"{format_number(analysis.get('grad_norm_slope'))} (pure noise: -0.5); B_simple = b/a from |g|^2 = a + b/B = "
-        f"{format_number(analysis.get('b_simple'))} samples/step.",
+        f"{format_number(analysis.get('b_simple'))} samples/update (B = samples_per_update).",
     ]
     notes += profile_notes(inputs)
     notes.append(machine_note(inputs))

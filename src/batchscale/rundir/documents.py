@@ -45,13 +45,18 @@ class Strict(BaseModel):
 # --- analysis.json --------------------------------------------------------------------------------------------------
 
 class SamplesToTarget(Strict):
-    """N* over a label's seeds: mean and interval over the seeds that reached the target; counts of both kinds."""
+    """N* over a label's seeds: mean and interval over the seeds that reached the target; counts of both kinds.
+    The interval is the t-interval on log N* (analysis/intervals.py); `interval` names it, or says why there is none
+    ("one seed: uncertainty unknown"). log_mean, log_sd: mean and sd (ddof=1) of ln N* over reached seeds."""
 
     mean: float | None
     ci_low: float | None
     ci_high: float | None
     reached: int
     censored: int
+    log_mean: float | None = None
+    log_sd: float | None = None
+    interval: str = ""
 
 
 class LabelAnalysis(Strict):
@@ -69,17 +74,22 @@ class LabelAnalysis(Strict):
     update_ratio: float | None
     grad_norm_actor: float | None
     aligned: bool | None
+    time_to_target_realized: float | None = None  # seconds of time/step up to N*, mean over reached seeds
+    learns: bool | None = None  # its mean curve rises clearly above its start (analysis/signal.py)
 
 
 class AnalysisDocument(Document):
     regenerate: ClassVar[str] = "rerun `batchscale analyze` on the sweep"
 
     reference: str
-    target: float
+    target: float | None  # None only when there is no learning signal and no target was given
     target_rule: str
     configs: dict[str, LabelAnalysis] = Field(min_length=1)
     grad_norm_slope: float | None
-    b_simple: float | None  # the critical training batch, samples per step
+    b_simple: float | None  # the critical training batch, samples per update
+    smooth_window: int = 1  # centred moving average over this many evals (1: raw evals)
+    learning_signal: bool = True  # some label rises clearly above its start; False: no verdict can be drawn
+    why_no_signal: str | None = None
 
 
 # --- plan.json ------------------------------------------------------------------------------------------------------
@@ -89,6 +99,7 @@ class RegimeDocument(Strict):
     sentence: str
     critical_generation_batch: float | None
     critical_training_batch: float | None
+    tentative: bool = False  # the knee was extrapolated, or the two critical batches lie close
 
 
 class PlanRowDocument(Strict):
@@ -113,6 +124,10 @@ class PlanRowDocument(Strict):
     step_s: float | None = None
     generate_s: float | None = None
     train_s: float | None = None
+    time_to_target_realized: float | None = None  # seconds of time/step up to N*, mean over reached seeds
+    throughput_warmup_only: bool = False  # no step after the warm-up step: q includes warm-up
+    decode_batch: int | None = None  # sequences decoding at once per replica (plan/memory.py)
+    throughput_capped_at: int | None = None  # B_train decodes in waves of this many sequences
 
 
 class PlanDocument(Document):
@@ -120,6 +135,9 @@ class PlanDocument(Document):
 
     reference: str
     best: str | None
+    runner_up: str | None = None
+    resolved: bool = False  # the best beats the runner-up and the reference on log T at the 95% level
+    why_unresolved: str | None = None
     explanation: str
     regime: RegimeDocument
     source: Literal["sweep", "table"]
