@@ -38,6 +38,7 @@ def analyze(
     smooth_window: int = 1,
     seed: int = 0,
     allow_mixed: bool = False,
+    score: str = "eval",
 ) -> dict:
     """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
     analysis.json document. DataWarnings (censoring, skipped dirs, target outside the scores) are also listed in
@@ -48,7 +49,7 @@ def analyze(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
-        result, details = compute_analysis(Path(path), target, reference, smooth_window, seed, allow_mixed)
+        result, details = compute_analysis(Path(path), target, reference, smooth_window, seed, allow_mixed, score)
     details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -64,6 +65,22 @@ def analyze(
     for name, temporary in files.items():
         os.replace(temporary, out_dir / name)
     return result
+
+
+TRAIN_REWARD_NOTE = ("scores are the training reward reward/mean (--score train-reward), measured on the training "
+                     "prompts, not a held-out eval")
+
+
+def warn_about_scores(by_label: dict[str, list[Run]], score: str) -> None:
+    """Say when the curve is the training reward, and when a run's log starts late (resumed): its target baseline is
+    then its first logged eval, not step 0."""
+    if score == "train-reward":
+        warnings.warn(TRAIN_REWARD_NOTE, DataWarning)
+    for runs in by_label.values():
+        for run in runs:
+            if run.descriptor.first_step > 1:
+                warnings.warn(f"{run.label} seed {run.seed}: the log starts at step {run.descriptor.first_step} "
+                              "(resumed or truncated), so its baseline is its first logged eval, not step 0", DataWarning)
 
 
 def write_temporary(final_path: Path, text: str) -> Path:
@@ -117,20 +134,27 @@ def resolve_target(target: float | None, reference_summary: dict, all_scores: np
 
 
 def compute_analysis(path: Path, target, reference, smooth_window: int, seed: int,
-                     allow_mixed: bool = False) -> tuple[dict, dict]:
+                     allow_mixed: bool = False, score: str = "eval") -> tuple[dict, dict]:
     """(analysis.json document, details for plots and report); runs of different tasks or models only with
-    allow_mixed (analysis.runs.load_runs)."""
+    allow_mixed (analysis.runs.load_runs); `score` picks the curve (curves.SCORES)."""
     if smooth_window < 1:
         raise UserError("smooth_window", "must be >= 1 eval point", "use 1 for no smoothing")
-    by_label = load_runs(path, allow_mixed)
+    if score not in curves.SCORES:
+        raise UserError("--score", f"unknown score {score!r}", f"use one of: {', '.join(curves.SCORES)}")
+    by_label = load_runs(path, allow_mixed, score)
+    warn_about_scores(by_label, score)
     if reference is not None and reference not in by_label:
         raise UserError("--reference", f"unknown label {reference!r}; labels: {sorted(by_label)}", "pass one of them")
     reference = reference or choose_reference(by_label)
-    eval_curves = {label: [curves.extract_eval_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
-    step_curves = {label: [curves.extract_step_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
+    eval_curves = {label: [curves.extract_eval_curve(r, smooth_window, score) for r in runs]
+                   for label, runs in by_label.items()}
+    step_curves = {label: [curves.extract_step_curve(r, smooth_window, score) for r in runs]
+                   for label, runs in by_label.items()}
     reference_summary = curves.summarize_seed_curves(eval_curves[reference])
     all_scores = np.concatenate([j for seed_curves in eval_curves.values() for _, j in seed_curves])
     target, target_rule = resolve_target(target, reference_summary, all_scores)
+    if score == "train-reward":
+        target_rule += f"; {TRAIN_REWARD_NOTE}"
 
     per_label = {label: measure_label(by_label[label], eval_curves[label], target, seed) for label in by_label}
     reference_n, reference_updates = per_label[reference]["n_star"]["mean"], per_label[reference]["updates_mean"]
