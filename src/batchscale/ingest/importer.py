@@ -19,13 +19,13 @@ from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
-from batchscale.rundir import RunDescriptor, check_out_dir, summarize_run, write_run
+from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
 
 READERS = {"verl": read_verl, "tensorboard": read_tensorboard, "trl": read_trl_state, "wandb-csv": read_wandb_csv}
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
 
 
-def parse_log(fmt: str, path: Path) -> ParsedLog:
+def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
     """Dispatch to the format's reader; unknown formats and missing paths are UserErrors."""
     if fmt not in READERS:
         raise UserError("FORMAT", f"unknown format '{fmt}'", f"use one of: {', '.join(READERS)}")
@@ -59,11 +59,38 @@ def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None
 def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompts_per_step: int | None = None,
                samples_per_prompt: int | None = None, seed: int | None = None, overwrite: bool = False,
                config_path: Path | None = None, lr_rule: str | None = None) -> dict:
-    """Import one run; returns {run_dir, run (the descriptor), summary}. Raises UserError, writing nothing, on bad input."""
+    """Import one run; returns {run_dir, run (the descriptor), summary}. A file holding several runs (a W&B chart
+    export) gives one run directory per run, `OUT/<run name>/` labelled with the run name, and returns
+    {"run_dir": OUT, "runs": [...]}. Raises UserError, writing nothing, on bad input."""
     path, out = Path(path), Path(out)
     check_lr_rule(lr_rule)
-    check_out_dir(out, overwrite)
     parsed = parse_log(fmt, path)
+    runs = parsed if isinstance(parsed, list) else [parsed]
+    if len(runs) > 1 and (label is not None or seed is not None):
+        raise UserError("--label/--seed", f"{path} holds {len(runs)} runs ({', '.join(r.run_name for r in runs)})",
+                        "import it without --label and --seed: each run is labelled with its run name")
+    outs = [out / safe_name(r.run_name) for r in runs] if len(runs) > 1 else [out]
+    if len(runs) > 1 and out.exists() and (not out.is_dir() or is_run_dir(out)):
+        raise UserError("--out", f"{out} must be a directory to hold the {len(runs)} runs", "choose a new --out")
+    for run_out in outs:
+        check_out_dir(run_out, overwrite)
+    prepared = [prepare_run(fmt, path, r, label or (r.run_name and safe_name(r.run_name) if len(runs) > 1 else None),
+                            prompts_per_step, samples_per_prompt, seed, config_path, lr_rule) for r in runs]
+    results = []
+    for run_out, (descriptor, records, summary) in zip(outs, prepared):
+        run_dir = write_run(run_out, descriptor, records, summary, overwrite)
+        results.append({"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")})
+    return results[0] if len(results) == 1 else {"run_dir": str(out), "runs": results}
+
+
+def safe_name(name: str) -> str:
+    """A run name as a directory name and label: letters, digits and . _ + - kept, anything else becomes _."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._") or "run"
+
+
+def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
+                samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
+    """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
@@ -75,6 +102,7 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
         "format": fmt,
         "key_style": parsed.style,
         "shape": parsed.shape or fmt,
+        "run_name": parsed.run_name,
         "config_path": parsed.config_path,
         "batch_from": fields["batch_from"],
         "wall_s_from": report["wall_s_from"],
@@ -89,9 +117,7 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     except ValueError as e:  # pydantic's ValidationError: facts from the log and config that contradict each other
         raise UserError(str(path), f"the run's facts do not add up ({e.errors()[0]['msg']})",
                         "check P, G and the framework config") from None
-    summary = summarize_run(descriptor, records, finished=None)  # a log does not say whether the run ran to its end
-    run_dir = write_run(out, descriptor, records, summary, overwrite)
-    return {"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")}
+    return descriptor, records, summarize_run(descriptor, records, finished=None)  # a log cannot say it finished
 
 
 LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
