@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from batchscale.errors import UserError
 
 # The formats `batchscale import` reads (importer.READERS maps each to its reader).
-FORMATS = ("verl", "tensorboard", "trl", "wandb-csv")
+FORMATS = ("verl", "openrlhf", "tensorboard", "trl", "wandb-csv")
 
 # batchscale step key -> framework -> framework keys, first present wins.
 STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {

@@ -14,6 +14,7 @@ from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.batch import resolve_batch
 from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
+from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
@@ -21,7 +22,13 @@ from batchscale.ingest.verl import read_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
 from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
 
-READERS = {"verl": read_verl, "tensorboard": read_tensorboard, "trl": read_trl_state, "wandb-csv": read_wandb_csv}
+def read_openrlhf(path: Path) -> ParsedLog:
+    """OpenRLHF: a console log, else (a directory or an event file) its TensorBoard events."""
+    return read_openrlhf_console(path) if looks_like_text(path) else read_tensorboard(path)
+
+
+READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
+           "wandb-csv": read_wandb_csv}
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
 
 
