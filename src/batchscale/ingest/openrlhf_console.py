@@ -53,7 +53,7 @@ def read_openrlhf_console(path: Path) -> ParsedLog:
             metrics = {prefix + key: value for key, value in literal[0].items() if isinstance(value, (int, float))}
             parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
     if not parsed.rows:
-        raise UserError(str(path), "no '✨ Global step N: {...}' or 'eval_metrics: {...}' line", FIX)
+        raise UserError(str(path), "no '✨ Global step N: {...}' or 'eval_metrics: {...}' line; is FORMAT right?", FIX)
     if skipped:
         parsed.problems.append(f"{len(skipped)} status line(s) could not be read and were skipped, e.g. {skipped[0]}")
     return parsed
