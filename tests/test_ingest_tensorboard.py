@@ -157,3 +157,11 @@ def test_a_damaged_record_inside_a_file_is_an_error_naming_it(tmp_path):
     event_file.write_bytes(bytes(data))
     with pytest.raises(UserError, match=r"events.out.tfevents.*: event \d+: the record fails its CRC check"):
         import_log("tensorboard", log_dir, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+
+
+def test_without_the_tensorboard_package_the_error_names_the_extra(tmp_path, monkeypatch):
+    log_dir = write_tensor_events(tmp_path / "tb", {"actor/grad_norm": [(1, 1.0)]})
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto", None)  # import fails as if not installed
+    with pytest.raises(UserError, match=r"^tensorboard: reading event files needs the tensorboard package.*"
+                                        r"pip install 'batchscale\[import\]'"):
+        import_log("tensorboard", log_dir, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)

@@ -148,3 +148,13 @@ def test_analyze_train_reward_scores_runs_without_evals_and_says_so(tmp_path, ca
     assert "training reward reward/mean" in result["target_rule"] and "not a held-out eval" in captured.err
     assert result["configs"]["p2"]["samples_to_target"]["mean"] < result["configs"]["p4"]["samples_to_target"]["mean"]
     assert "training reward reward/mean" in (sweep / "report.md").read_text()
+
+
+def test_analyze_refuses_an_unknown_score(tmp_path, capsys):
+    from batchscale.cli import main
+
+    import_log("trl", write_old_grpo_state(tmp_path / "state.json"), tmp_path / "sweep" / "runs" / "a__s0",
+               prompts_per_step=2, label="a")
+    assert main(["analyze", str(tmp_path / "sweep"), "--score", "eval-reward"]) == 2
+    err = capsys.readouterr().err
+    assert "--score" in err and "unknown score 'eval-reward'" in err and "eval, train-reward" in err

@@ -193,3 +193,25 @@ def test_text_that_is_no_verl_log_is_refused_naming_the_line(tmp_path):
     log.write_text("hello\nstep 1 loss 0.3\n")
     with pytest.raises(UserError, match=r"notes.txt: line 1.*neither JSON nor a verl console line.*console log"):
         import_log("verl", log, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+
+
+def test_refusals_name_the_place_and_the_fix(tmp_path):
+    log = tmp_path / "mixed.jsonl"
+    log.write_text('{"step": 1, "data": {"timing_s/step": 1.0}}\n{"step": 2, "timing_s/step": 1.0}\n')
+    with pytest.raises(UserError, match=r"mixed.jsonl: mixes file-logger lines .* and flat lines.*Fix: import one"):
+        import_log("verl", log, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    log = write_console_log(tmp_path / "verl_demo.log")
+    with pytest.raises(UserError, match=r"^--prompts-per-step: 16 contradicts 8 in .*verl_demo.log \(config printed "
+                                        r"at start-up, line 3\).*Fix: drop --prompts-per-step"):
+        import_log("verl", log, tmp_path / "run", prompts_per_step=16)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreadable_values_and_a_config_without_the_batch_are_reported(tmp_path):
+    log = write_console_log(tmp_path / "verl_demo.log", config={"trainer": {"project_name": "x"}, "data": {}},
+                            extra={"timing_s/custom": np.float64(1.0)})
+    log.write_text(log.read_text().replace("timing_s/custom:np.float64(1.0)", "timing_s/custom:tensor(1.)"))
+    import_log("verl", log, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    records, run = check_run_dir(tmp_path / "run", P, G)
+    assert any("value(s) that are not numbers skipped, e.g. line" in p for p in run["import"]["problems"])
+    assert run["import"]["batch_from"] == {"prompts_per_step": "flag", "samples_per_prompt": "flag"}

@@ -134,3 +134,10 @@ def test_chart_export_refusals_name_the_run_and_the_fix(tmp_path):
     with pytest.raises(UserError, match=r"other.csv: run 'a'.*no metric matches.*my/custom_metric.*Fix: export a chart"):
         import_log("wandb-csv", chart, tmp_path / "out", prompts_per_step=P, samples_per_prompt=G)
     assert not (tmp_path / "out").exists()
+
+
+def test_chart_export_with_a_stray_column_names_it(tmp_path):
+    chart = tmp_path / "chart.csv"
+    chart.write_text('"Step","a - critic/score/mean","notes"\n1,0.5,x\n')
+    with pytest.raises(UserError, match=r"chart.csv: header: column 'notes' is not '<run> - <metric>'.*Fix: export"):
+        import_log("wandb-csv", chart, tmp_path / "out", prompts_per_step=P, samples_per_prompt=G)
