@@ -29,6 +29,7 @@ def read_openrlhf(path: Path) -> ParsedLog:
 
 READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
            "wandb-csv": read_wandb_csv}
+MULTI_RUN_FORMATS = ("wandb-csv",)  # a chart export may hold several runs: OUT is then their parent
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
 
 
@@ -71,6 +72,8 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     {"run_dir": OUT, "runs": [...]}. Raises UserError, writing nothing, on bad input."""
     path, out = Path(path), Path(out)
     check_lr_rule(lr_rule)
+    if fmt not in MULTI_RUN_FORMATS:  # a bad --out is reported before the log is read
+        check_out_dir(out, overwrite)
     parsed = parse_log(fmt, path)
     runs = parsed if isinstance(parsed, list) else [parsed]
     if len(runs) > 1 and (label is not None or seed is not None):
