@@ -215,3 +215,16 @@ def test_unreadable_values_and_a_config_without_the_batch_are_reported(tmp_path)
     records, run = check_run_dir(tmp_path / "run", P, G)
     assert any("value(s) that are not numbers skipped, e.g. line" in p for p in run["import"]["problems"])
     assert run["import"]["batch_from"] == {"prompts_per_step": "flag", "samples_per_prompt": "flag"}
+
+
+def test_a_larger_custom_generation_phase_and_a_step_without_one_are_warned(tmp_path):
+    log = write_console_log(tmp_path / "custom.log", extra={"timing_s/rollout_with_tools": np.float64(30.0)})
+    text = log.read_text().replace(" - timing_s/gen:np.float64(5.123)", "", 1)  # step 1 logs no generation time
+    log.write_text(text)
+    import_log("verl", log, tmp_path / "run")
+    records, run = check_run_dir(tmp_path / "run", P, G)
+    steps = [r for r in records if r["kind"] == "step"]
+    assert "time/generate" not in steps[0] and steps[1]["time/generate"] == 5.123  # an unmapped key is never used
+    problems = " ".join(run["import"]["problems"])
+    assert "(e.g. timing_s/rollout_with_tools at step 2)" in problems
+    assert "1 step(s) log no generation time (e.g. step 1)" in problems

@@ -51,6 +51,8 @@ STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 LARGEST_WINS = frozenset({"time/generate"})  # batchscale keys whose candidates are phases: the largest present wins
+# Other keys that look like a generation phase (custom trainers): a warning when one exceeds time/generate.
+GENERATION_LIKE = {"verl": r"^timing_s/(?!gen_max$|agent_loop/).*(gen|rollout)", "openrlhf": r"^train/timing/.*gen"}
 
 # Keys that reveal filtering / dynamic sampling (more samples generated than consumed): verl's DAPO recipe counts
 # generation rounds in `train/num_gen_batches`; custom trainers log filtered ratios; OpenRLHF logs its pass rate.

@@ -26,6 +26,7 @@ from batchscale.errors import UserError
 from batchscale.ingest.common import (
     FILTER_KEY_PATTERNS,
     GENERATED_COUNT_KEYS,
+    GENERATION_LIKE,
     LARGEST_WINS,
     STEP_KEY_MAP,
     ParsedLog,
@@ -85,19 +86,30 @@ def map_step_metrics(style: str, metrics: dict) -> dict[str, float]:
 
 
 def check_generation_keys(style: str, merged: dict[int, dict], problems: list[str]) -> None:
-    """Warn when a step's primary generation key is missing or smaller than another generation-like key."""
-    primary, *others = STEP_KEY_MAP["time/generate"][style] or (None,)
-    if not others:
+    """Warn about steps whose generation time may be wrong: the primary generation key missing or smaller than
+    another generation-like key (the largest mapped phase is used), or no generation key where other steps have one."""
+    candidates, like_rule = STEP_KEY_MAP["time/generate"][style], GENERATION_LIKE.get(style)
+    if not candidates or like_rule is None:
         return
-    odd = []
+    primary, timed, odd, missing = candidates[0], 0, [], []
     for step, entry in merged.items():
         metrics = entry["metrics"]
-        present = [key for key in others if key in metrics]
-        if present and (primary not in metrics or metrics[primary] < max(metrics[k] for k in present)):
-            odd.append((step, max(present, key=metrics.__getitem__)))
+        if not any(key in mapped_keys(style) for key in metrics):
+            continue  # an eval-only row
+        present = [key for key in candidates if key in metrics]
+        like = [key for key in metrics if re.search(like_rule, key) and type(metrics[key]) in (int, float)]
+        if not present:
+            missing.append(step)
+            continue
+        timed += 1
+        largest = max(present + like, key=metrics.__getitem__)
+        if primary not in metrics or metrics[primary] < metrics[largest]:
+            odd.append((step, largest))
     if odd:
         problems.append(f"time/generate: in {len(odd)} step(s) {primary} is missing or smaller than another "
-                        f"generation phase (e.g. {odd[0][1]} at step {odd[0][0]}); the largest phase was used")
+                        f"generation phase (e.g. {odd[0][1]} at step {odd[0][0]}); the largest mapped phase was used")
+    if missing and timed:
+        problems.append(f"time/generate: {len(missing)} step(s) log no generation time (e.g. step {missing[0]})")
 
 
 def check_filtering(style: str, merged: dict[int, dict], samples_per_step: int, problems: list[str]) -> None:
