@@ -80,8 +80,8 @@ def map_step_metrics(style: str, metrics: dict) -> dict[str, float]:
     for batchscale_key, per_framework in STEP_KEY_MAP.items():
         present = [key for key in per_framework[style] if key in metrics]
         if present:
-            pick = max if batchscale_key in LARGEST_WINS else (lambda keys, key: keys[0])
-            record[batchscale_key] = metrics[pick(present, key=metrics.__getitem__)]
+            key = max(present, key=metrics.__getitem__) if batchscale_key in LARGEST_WINS else present[0]
+            record[batchscale_key] = metrics[key]
     return record
 
 
