@@ -28,6 +28,8 @@ ENV_INPUTS = {"MODEL_PATH": "/models/my model", "TRAIN_FILES": "/data/train.parq
 FAKE_PYTHON = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
+if args[:1] in (["-"], ["-c"]):  # the script's own checks (the prompt count) run on the real interpreter
+    os.execv(sys.executable, [sys.executable, *args])
 capture = os.environ["CAPTURE_DIR"]
 with open(os.path.join(capture, "engine-%d.json" % len(os.listdir(capture))), "w") as f:
     json.dump(args, f)
@@ -80,8 +82,8 @@ def export(tmp_path: Path, fmt: str, algorithm: str = "grpo") -> Path:
     return out
 
 
-def run_script(script: Path, tmp_path: Path, env_extra: dict | None = None,
-               real_batchscale: bool = False) -> tuple[list[str], list[str] | None, str]:
+def run_script(script: Path, tmp_path: Path, env_extra: dict | None = None, real_batchscale: bool = False,
+               returncode: int = 0) -> tuple[list[str], list[str] | None, str]:
     """Run one exported script with the stand-ins; returns (engine argv, import argv, stderr)."""
     fake_bin = tmp_path / ("fakebin-python" if real_batchscale else "fakebin")
     fake_bin.mkdir(exist_ok=True)
@@ -89,12 +91,16 @@ def run_script(script: Path, tmp_path: Path, env_extra: dict | None = None,
     for name, text in fakes:
         (fake_bin / name).write_text(text.format(python=sys.executable))
         (fake_bin / name).chmod(0o755)
-    capture = tmp_path / f"capture-{script.parent.name}-{script.stem}"
+    runs = len(list(tmp_path.glob(f"capture-{script.parent.name}-{script.stem}-*")))
+    capture = tmp_path / f"capture-{script.parent.name}-{script.stem}-{runs}"  # one per run of the script
     capture.mkdir()
     path = f"{fake_bin}:{Path(sys.executable).parent}:{os.environ['PATH']}"  # the venv's batchscale, if not faked
-    env = {**os.environ, **ENV_INPUTS, "CAPTURE_DIR": str(capture), "PATH": path, **(env_extra or {})}
+    env = {**os.environ, **ENV_INPUTS, "CAPTURE_DIR": str(capture), "PATH": path, "OPENRLHF_VERSION": "0.10.1",
+           **(env_extra or {})}
     proc = subprocess.run(["bash", str(script), "extra.option=1"], env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == returncode, proc.stderr
+    if returncode:
+        return [], None, proc.stderr
     engine = json.loads((capture / "engine-0.json").read_text())
     imported = None if real_batchscale else json.loads((capture / "import-1.json").read_text())
     return engine, imported, proc.stderr
@@ -147,13 +153,15 @@ def test_verl_scripts_carry_the_sweep(tmp_path):
         assert int(o["trainer.total_training_steps"]) == math.ceil(BUDGET / (prompts * G))
         assert int(o["trainer.test_freq"]) == max(1, EVAL_EVERY // (prompts * G))
         assert int(o["data.seed"]) == seed
-        assert o["trainer.experiment_name"] == point["name"]
+        assert o["trainer.experiment_name"] == f"'{point['name']}'"  # quoted for Hydra: a label may hold '='
+        assert o["actor_rollout_ref.actor.clip_ratio_low"] == o["actor_rollout_ref.actor.clip_ratio_high"] == "0.2"
+        assert o["actor_rollout_ref.actor.optim.betas"] == "[0.9,0.999]"
         assert o["trainer.logger"] == "[console,file]"
         assert o["actor_rollout_ref.model.path"] == ENV_INPUTS["MODEL_PATH"]  # a path with a space survives
         assert o["data.train_files"] == ENV_INPUTS["TRAIN_FILES"] and o["data.val_files"] == ENV_INPUTS["VAL_FILES"]
         assert "critic.optim.lr" not in o
         log = str(out / "work" / point["name"] / "verl_log.jsonl")
-        assert o["hydra.run.dir"] == str(out / "work" / point["name"])  # config.yaml lands beside the log
+        assert o["hydra.run.dir"] == f"'{out / 'work' / point['name']}'"  # config.yaml lands beside the log
         check_import(imported, "verl", log, out, point["name"], prompts, seed)
         assert point["lr"] == pytest.approx(expected_lr(LR_REF, prompts), rel=1e-12)
         assert point["samples_per_step"] == prompts * G
@@ -196,11 +204,14 @@ def test_ppo_exports_carry_gae_and_the_scaled_critic_lr(tmp_path):
     prompts = verl_point["prompts_per_step"]
     assert o["algorithm.adv_estimator"] == "gae"
     assert float(o["critic.optim.lr"]) == pytest.approx(expected_lr(2e-4, prompts), rel=1e-12)
+    assert o["critic.optim.betas"] == "[0.9,0.999]" and o["critic.optim.weight_decay"] == "0.0"
     assert o["critic.model.path"] == ENV_INPUTS["MODEL_PATH"]
     point = points_of(openrlhf_out)[0]
     flags = flag_values(run_script(openrlhf_out / point["script"], tmp_path)[0][:-1], "openrlhf.cli.train_ppo_ray")
     assert flags["--algo.advantage.estimator"] == ["gae"]
     assert float(flags["--critic.adam.lr"][0]) == pytest.approx(expected_lr(2e-4, point["prompts_per_step"]))
+    assert flags["--critic.lr_scheduler"] == ["constant"] and flags["--critic.lr_warmup_ratio"] == ["0.0"]
+    assert flags["--critic.adam.betas"] == ["0.9", "0.999"] and flags["--critic.max_norm"] == ["1.0"]
     assert point["critic_lr"] == pytest.approx(expected_lr(2e-4, point["prompts_per_step"]))
 
 
@@ -268,3 +279,87 @@ def test_verl_script_round_trip_through_the_real_import(tmp_path):
         point["label"], point["seed"], point["prompts_per_step"], G, "sqrt")
     records = [json.loads(line) for line in (out / "runs" / point["name"] / "metrics.jsonl").read_text().splitlines()]
     assert max(r["samples"] for r in records) == 3 * point["prompts_per_step"] * G
+
+
+ENGINE_OPTIONS = ROOT / "tests" / "engine_options"
+
+
+def engine_options(name: str) -> set[str]:
+    """The options an engine release accepts, as extracted from its own code (see each file's header)."""
+    lines = (ENGINE_OPTIONS / name).read_text().splitlines()
+    return {line for line in lines if line and not line.startswith("#")}
+
+
+def export_with(tmp_path: Path, fmt: str, algorithm: str, *sets: str) -> Path:
+    out = tmp_path / f"export-{fmt}-{algorithm}-{len(sets)}"
+    argv = ["export", fmt, str(write_sweep(tmp_path, algorithm)), "--out", str(out)]
+    for setting in sets:
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    return out
+
+
+EVERY_OPTION = ("algorithm.kl_coef=0.01", "model.chat_template=true")  # switch on the conditional options too
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_every_verl_override_exists_in_verls_config(tmp_path, algorithm):
+    known = engine_options("verl-b178a3c-ppo_trainer-keys.txt")
+    out = export_with(tmp_path, "verl", algorithm, *EVERY_OPTION)
+    point = points_of(out)[0]
+    overrides = hydra_overrides(run_script(out / point["script"], tmp_path)[0][:-1])
+    unknown = [key for key in overrides if key not in known and not key.startswith("hydra.")]
+    assert unknown == []
+    assert overrides["actor_rollout_ref.actor.ppo_mini_batch_size"] == overrides["data.train_batch_size"]
+    assert overrides["actor_rollout_ref.actor.ppo_epochs"] == "1"  # one update per P x G rollout batch
+
+
+@pytest.mark.parametrize(("fmt", "version", "options_file", "lengths"), [
+    ("openrlhf", "0.11.0", "openrlhf-v0.11.0-train_ppo_ray-flags.txt", {"--rollout.max_new_tokens", "--data.max_len"}),
+    ("openrlhf-legacy", "0.10.1", "openrlhf-v0.10.1-train_ppo_ray-flags.txt", {"--max_new_tokens", "--max_len"}),
+    ("openrlhf-legacy", "0.9.7", "openrlhf-v0.9.7-train_ppo_ray-flags.txt", {"--generate_max_len", "--prompt_max_len"}),
+])
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_every_openrlhf_flag_exists_in_that_releases_parser(tmp_path, fmt, version, options_file, lengths, algorithm):
+    known = engine_options(options_file)
+    out = export_with(tmp_path, fmt, algorithm, *EVERY_OPTION)
+    point = points_of(out)[0]
+    engine, _, _ = run_script(out / point["script"], tmp_path, {"OPENRLHF_VERSION": version})
+    flags = flag_values(engine[:-1], "openrlhf.cli.train_ppo_ray")
+    assert [flag for flag in flags if flag not in known] == []
+    assert lengths <= set(flags)
+    assert flags[next(f for f in ("--data.apply_chat_template", "--apply_chat_template") if f in flags)] == []
+    batch = {f: int(v[0]) for f, v in flags.items() if f in ("--rollout.batch_size", "--rollout_batch_size",
+                                                             "--rollout.n_samples_per_prompt", "--n_samples_per_prompt",
+                                                             "--train.batch_size", "--train_batch_size")}
+    rollout, n, train = sorted(batch.values(), key=list(batch.values()).index)  # one update per P x G rollout batch
+    assert train == rollout * n
+
+
+@pytest.mark.parametrize("version", ["0.8.0", "0.10.2"])
+def test_legacy_script_stops_on_releases_its_flags_do_not_fit(tmp_path, version):
+    out = export(tmp_path, "openrlhf-legacy")
+    _, _, err = run_script(out / points_of(out)[0]["script"], tmp_path, {"OPENRLHF_VERSION": version}, returncode=2)
+    assert f"OpenRLHF {version} does not take these flat flags" in err and "FORMAT openrlhf" in err
+
+
+def test_openrlhf_script_checks_the_prompt_set_is_large_enough(tmp_path):
+    out = export(tmp_path, "openrlhf")
+    point = points_of(out)[0]
+    needed = point["num_steps"] * point["prompts_per_step"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"input": "1+1", "label": "2"}\n' * (needed - 1))
+    _, _, err = run_script(out / point["script"], tmp_path, {"TRAIN_FILES": str(prompts)}, returncode=1)
+    assert f"holds {needed - 1} prompts, fewer than the {needed} (steps x P)" in err
+    prompts.write_text('{"input": "1+1", "label": "2"}\n' * needed)
+    engine, _, _ = run_script(out / point["script"], tmp_path, {"TRAIN_FILES": str(prompts)})
+    assert engine[:2] == ["-m", "openrlhf.cli.train_ppo_ray"]
+
+
+def test_a_label_holding_equals_is_quoted_for_hydra(tmp_path):
+    out = export_with(tmp_path, "verl", "grpo", "optim.lr_rule=0.25")
+    point = points_of(out)[0]
+    assert "=" in point["name"]  # the label of a numeric LR rule: grpo-P4-G8-a=0.25
+    o = hydra_overrides(run_script(out / point["script"], tmp_path)[0][:-1])
+    assert o["trainer.experiment_name"] == f"'{point['name']}'"
+    assert o["hydra.run.dir"] == f"'{out / 'work' / point['name']}'"

@@ -19,11 +19,11 @@ def test_unknown_format_lists_valid_ones(tmp_path, capsys):
     log = write_verl_log(tmp_path / "log.jsonl")
     assert main(["import", "openrlhf-jsonl", str(log), "--out", str(tmp_path / "run"), *BATCH_FLAGS]) == 2
     err = capsys.readouterr().err
-    assert "unknown format 'openrlhf-jsonl'" in err and "verl, tensorboard, trl, wandb-csv" in err
+    assert "unknown format 'openrlhf-jsonl'" in err and "verl, openrlhf, tensorboard, trl, wandb-csv" in err
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("fmt", ["verl", "tensorboard", "trl", "wandb-csv"])
+@pytest.mark.parametrize("fmt", ["verl", "openrlhf", "tensorboard", "trl", "wandb-csv"])
 def test_empty_file_fails_and_writes_nothing(tmp_path, capsys, fmt):
     empty = tmp_path / "empty.log"
     empty.write_text("")
@@ -34,7 +34,7 @@ def test_empty_file_fails_and_writes_nothing(tmp_path, capsys, fmt):
 
 def test_wrong_format_for_the_file_is_a_clear_error(tmp_path, capsys):
     log = write_verl_log(tmp_path / "log.jsonl")
-    for fmt in ("trl", "tensorboard", "wandb-csv"):
+    for fmt in ("openrlhf", "trl", "tensorboard", "wandb-csv"):
         assert main(["import", fmt, str(log), "--out", str(tmp_path / "run"), *BATCH_FLAGS]) == 2
         assert "is FORMAT right?" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()

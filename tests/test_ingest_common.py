@@ -75,3 +75,15 @@ def test_writer_replaces_only_runs_and_leaves_no_temp(tmp_path):
         write_run(other, first, records, summarize_run(first, records, None), overwrite=True)
     assert (other / "todo.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "run"]  # no temp or replaced dirs left
+
+
+def test_run_descriptor_schema_of_imports():
+    """run.json's import-side fields: first_step (resumed logs), the update split, and a nullable lr (never 0)."""
+    base = {"label": "verl-p8-g4", "seed": 0, "samples_per_step": 32, "source": "verl"}
+    d = RunDescriptor.model_validate({**base, "first_step": 101, "samples_per_update": 16, "updates_per_step": 2,
+                                      "lr": None})
+    assert (d.first_step, d.samples_per_update, d.updates_per_step, d.lr) == (101, 16, 2, None)
+    assert RunDescriptor.model_validate(base).first_step == 1 and RunDescriptor.model_validate(base).lr is None
+    for bad in ({"lr": 0.0}, {"first_step": -1}, {"samples_per_update": 12}):
+        with pytest.raises(ValueError):
+            RunDescriptor.model_validate({**base, **bad})

@@ -1,13 +1,15 @@
 """A sweep directory mixing native run directories and verl-imported ones is analysed and planned unchanged.
 
-The test writes synthetic native runs (analysis/synthetic.py), re-expresses some of them as verl file-logger JSONL,
-imports those with `batchscale import verl` into the same sweep (one label has one native and one imported seed), and
+The test writes synthetic native runs (analysis/synthetic.py), re-expresses some of them as verl file-logger JSONL and
+some as verl's console log (what `trainer.logger=console` prints, saved with `tee`), imports those with
+`batchscale import verl` into the same sweep (one label has one native and one imported seed), and
 checks that `batchscale analyze` and `batchscale plan` give exactly the answers they give on the all-native twin sweep.
 """
 
 from __future__ import annotations
 
 import json
+import pprint
 import shutil
 import warnings
 from pathlib import Path
@@ -20,6 +22,7 @@ from batchscale.cli import main
 G, SEEDS, NOISE_SCALE = 8, (0, 1), 1024.0
 PROMPTS = (8, 16, 64, 128)
 IMPORTED = {(16, 1), (64, 0), (64, 1), (128, 0), (128, 1)}  # (P, seed); P = 8, the reference, stays native
+CONSOLE = {(64, 1), (128, 0)}  # of IMPORTED: re-expressed as verl's console log instead of its JSONL
 VAL_KEY = "val-core/synthetic/acc/mean@1"
 
 
@@ -27,8 +30,9 @@ def label_of(prompts: int) -> str:
     return f"grpo-P{prompts}-G{G}-sqrt"
 
 
-def native_to_verl_jsonl(run_dir: Path, log: Path) -> Path:
-    """The same run as verl's file logger would have written it: {"step": N, "data": {...}} per line."""
+def native_to_verl_jsonl(run_dir: Path, log: Path, console: bool = False) -> Path:
+    """The same run as verl's file logger would have written it: {"step": N, "data": {...}} per line; with `console`,
+    as verl >= 0.5 prints it (`step:N - key:pprint.pformat(value)`, behind Ray's prefix)."""
     lines: dict[int, dict] = {}
     for record in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()):
         data = lines.setdefault(record["step"], {})
@@ -41,6 +45,10 @@ def native_to_verl_jsonl(run_dir: Path, log: Path) -> Path:
             "actor/grad_norm": record["grad_norm/actor"], "actor/lr": record["lr/actor"],
             "critic/score/mean": record["reward/mean"], "response_length/mean": record["response/length_mean"],
         })
+    if console:
+        log.write_text("".join("(TaskRunner pid=7) " + " - ".join([f"step:{step}"] + [
+            f"{k}:{pprint.pformat(v)}" for k, v in data.items()]) + "\n" for step, data in sorted(lines.items())))
+        return log
     log.write_text("".join(json.dumps({"step": step, "data": data}) + "\n" for step, data in sorted(lines.items())))
     return log
 
@@ -59,7 +67,9 @@ def sweeps(tmp_path_factory):
             if (prompts, seed) not in IMPORTED:
                 shutil.copytree(native / "runs" / name, mixed / "runs" / name)
                 continue
-            log = native_to_verl_jsonl(native / "runs" / name, root / f"{name}.jsonl")
+            console = (prompts, seed) in CONSOLE
+            log = native_to_verl_jsonl(native / "runs" / name, root / f"{name}.{'log' if console else 'jsonl'}",
+                                       console)
             code = main(["import", "verl", str(log), "--out", str(mixed / "runs" / name), "--label", label_of(prompts),
                          "--prompts-per-step", str(prompts), "--samples-per-prompt", str(G), "--seed", str(seed),
                          "--lr-rule", "sqrt"])  # what an exported launcher's import line passes
@@ -80,6 +90,9 @@ def test_the_mixed_sweep_really_mixes_sources(sweeps):
     sources = {p.name: json.loads((p / "run.json").read_text())["source"] for p in (mixed / "runs").iterdir()}
     assert sorted(sources.values()).count("verl") == len(IMPORTED)
     assert sources[f"{label_of(16)}__s0"] == "synthetic" and sources[f"{label_of(16)}__s1"] == "verl"
+    shapes = {p.name: json.loads((p / "run.json").read_text()).get("import", {}).get("shape")
+              for p in (mixed / "runs").iterdir()}
+    assert shapes[f"{label_of(64)}__s1"] == "console text" and shapes[f"{label_of(64)}__s0"] == "file logger JSONL"
 
 
 def test_analyze_and_plan_give_the_native_answers(sweeps, capsys):

@@ -1,5 +1,5 @@
 """`batchscale import tensorboard`: event files written by real writers (torch's SummaryWriter as OpenRLHF uses it, the
-tensorboard package's writer with tensor-encoded scalars as TF2-style writers do), read by our own TFRecord reader."""
+tensorboard package's writer with tensor-encoded scalars as TF2-style writers do), read through the tensorboard package."""
 
 from __future__ import annotations
 
@@ -145,5 +145,23 @@ def test_importing_does_not_import_torch(tmp_path):
     code = ("import sys; from pathlib import Path; import batchscale.ingest.cli; "
             "from batchscale.ingest.importer import import_log; "
             f"import_log('tensorboard', Path({str(log_dir)!r}), Path({str(tmp_path / 'run')!r}), prompts_per_step=1, "
-            "samples_per_prompt=1); assert 'torch' not in sys.modules and 'tensorboard' not in sys.modules")
+            "samples_per_prompt=1); assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_damaged_record_inside_a_file_is_an_error_naming_it(tmp_path):
+    log_dir = write_tensor_events(tmp_path / "tb", {"timing_s/step": [(s, 2.0) for s in range(1, 5)]})
+    event_file = next(log_dir.iterdir())
+    data = bytearray(event_file.read_bytes())
+    data[-30] ^= 0xFF  # a payload byte of a record before the last: its CRC no longer matches
+    event_file.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"events.out.tfevents.*: event \d+: the record fails its CRC check"):
+        import_log("tensorboard", log_dir, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+
+
+def test_without_the_tensorboard_package_the_error_names_the_extra(tmp_path, monkeypatch):
+    log_dir = write_tensor_events(tmp_path / "tb", {"actor/grad_norm": [(1, 1.0)]})
+    monkeypatch.setitem(sys.modules, "tensorboard.compat.proto", None)  # import fails as if not installed
+    with pytest.raises(UserError, match=r"^tensorboard: reading event files needs the tensorboard package.*"
+                                        r"pip install 'batchscale\[import\]'"):
+        import_log("tensorboard", log_dir, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)

@@ -85,3 +85,76 @@ def test_trainer_state_errors(tmp_path):
     with pytest.raises(UserError, match="--prompts-per-step P --samples-per-prompt G"):
         import_log("trl", state, tmp_path / "run", samples_per_prompt=G)
     assert not (tmp_path / "run").exists()
+
+
+def write_old_grpo_state(path: Path, steps: int = 12, reward_key: str = "reward") -> Path:
+    """TRL GRPO before April 2025 (and many forks): `completion_length`, no `step_time`, no eval entries; entries as
+    Trainer.log appends them ({**logs, "step": global_step}), logging every step."""
+    history = [{"loss": 0.0, "grad_norm": 0.5, "learning_rate": 1e-6, "completion_length": 80.0 + step,
+                reward_key: 0.05 * step, "rewards/accuracy_reward": 0.05 * step, "reward_std": 0.3, "kl": 0.001,
+                "epoch": step / 100, "step": step} for step in range(1, steps + 1)]
+    path.write_text(json.dumps({"global_step": steps, "logging_steps": 1, "train_batch_size": 16,
+                                "num_generations": G, "log_history": history}))
+    return path
+
+
+def test_old_trl_keys_and_batch_hints_from_the_state(tmp_path):
+    write_old_grpo_state(tmp_path / "trainer_state.json")
+    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run")
+    records, run = check_run_dir(tmp_path / "run", 16 // G, G)
+    steps = [r for r in records if r["kind"] == "step"]
+    assert steps[0]["response/length_mean"] == 81.0 and steps[0]["reward/mean"] == pytest.approx(0.05)
+    assert run["import"]["batch_from"] == {"prompts_per_step": "log", "samples_per_prompt": "log"}
+    assert any("assumes one process" in n for n in run["import"]["notes"])
+    assert run["first_step"] == 1 and steps[0]["wall_s"] is None
+    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run8", prompts_per_step=8)  # 8 GPUs: a flag wins
+    check_run_dir(tmp_path / "run8", 8, G)
+
+
+def test_per_function_rewards_alone_give_their_sum(tmp_path):
+    state = tmp_path / "trainer_state.json"
+    history = [{"step": s, "rewards/format_reward/mean": 0.5, "rewards/accuracy_reward/mean": 0.1 * s,
+                "completions/mean_length": 40.0} for s in (1, 2)]
+    state.write_text(json.dumps({"logging_steps": 1, "log_history": history}))
+    import_log("trl", state, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    records, run = check_run_dir(tmp_path / "run", P, G)
+    assert [r["reward/mean"] for r in records] == [pytest.approx(0.6), pytest.approx(0.7)]
+    assert run["import"]["unknown_keys"] == []
+
+
+def test_sft_trainer_state_is_not_an_rl_run(tmp_path):
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"logging_steps": 10, "log_history": [
+        {"loss": 1.9, "grad_norm": 3.0, "learning_rate": 2e-5, "epoch": 0.1, "step": 10},
+        {"eval_loss": 1.7, "eval_runtime": 5.0, "epoch": 0.1, "step": 10}]}))
+    with pytest.raises(UserError, match=r"trainer_state.json: log_history: not an RL run: no 'reward'.*Fix: import "
+                                        r"the trainer_state.json of an RL run"):
+        import_log("trl", state, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    assert not (tmp_path / "run").exists()
+
+
+def test_analyze_train_reward_scores_runs_without_evals_and_says_so(tmp_path, capsys):
+    from batchscale.cli import main
+
+    sweep = tmp_path / "sweep"
+    for prompts in (2, 4):
+        state = write_old_grpo_state(tmp_path / f"state{prompts}.json")
+        import_log("trl", state, sweep / "runs" / f"p{prompts}__s0", prompts_per_step=prompts, label=f"p{prompts}")
+    assert main(["analyze", str(sweep), "--json"]) == 2
+    assert "--score train-reward" in capsys.readouterr().err
+    assert main(["analyze", str(sweep), "--score", "train-reward", "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert "training reward reward/mean" in result["target_rule"] and "not a held-out eval" in captured.err
+    assert result["configs"]["p2"]["samples_to_target"]["mean"] < result["configs"]["p4"]["samples_to_target"]["mean"]
+    assert "training reward reward/mean" in (sweep / "report.md").read_text()
+
+
+def test_analyze_refuses_an_unknown_score(tmp_path, capsys):
+    from batchscale.cli import main
+
+    import_log("trl", write_old_grpo_state(tmp_path / "state.json"), tmp_path / "sweep" / "runs" / "a__s0",
+               prompts_per_step=2, label="a")
+    assert main(["analyze", str(tmp_path / "sweep"), "--score", "eval-reward"]) == 2
+    err = capsys.readouterr().err
+    assert "--score" in err and "unknown score 'eval-reward'" in err and "eval, train-reward" in err

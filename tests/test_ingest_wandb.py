@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_ingest_common import check_run_dir
 
+from batchscale.cli import main
 from batchscale.errors import UserError
 from batchscale.ingest.importer import import_log
 
@@ -92,3 +93,51 @@ def test_csv_errors_and_truncated_row(tmp_path):
     with pytest.raises(UserError, match="no column matches"):
         import_log("wandb-csv", alien, tmp_path / "run2", prompts_per_step=P, samples_per_prompt=G)
     assert not (tmp_path / "run2").exists()
+
+
+def write_chart_export(path: Path, runs: dict[str, int], metric: str = "val-core/openai/gsm8k/reward/mean@1") -> Path:
+    """A W&B panel's "Export as CSV": the x-axis column, then per run '<run> - <metric>' and its __MIN/__MAX band;
+    runs logged at different steps leave each other's cells empty."""
+    header = ["Step"] + [f"{run} - {metric}{band}" for run in runs for band in ("", "__MIN", "__MAX")]
+    lines = [",".join(f'"{h}"' for h in header)]
+    for step in range(0, 9):
+        cells = [str(step)]
+        for every in runs.values():
+            value = f"{0.1 + 0.02 * step:.4f}" if step % every == 0 else ""
+            cells += [value, value, value]
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_chart_export_gives_one_run_directory_per_run(tmp_path, capsys):
+    chart = write_chart_export(tmp_path / "chart.csv", {"gsm8k-p64 (seed 1)": 2, "gsm8k-p128": 4})
+    code = main(["import", "wandb-csv", str(chart), "--out", str(tmp_path / "runs"), "--prompts-per-step", str(P),
+                 "--samples-per-prompt", str(G), "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sorted(Path(r["run_dir"]).name for r in result["runs"]) == ["gsm8k-p128", "gsm8k-p64__seed_1"]
+    records, run = check_run_dir(tmp_path / "runs" / "gsm8k-p64__seed_1", P, G)
+    assert [(r["step"], r["eval/accuracy"]) for r in records] == [(s, pytest.approx(0.1 + 0.02 * s))
+                                                                   for s in (0, 2, 4, 6, 8)]
+    assert run["label"] == "gsm8k-p64__seed_1" and run["import"]["run_name"] == "gsm8k-p64 (seed 1)"
+    assert run["import"]["shape"] == "W&B chart export"
+    records, _ = check_run_dir(tmp_path / "runs" / "gsm8k-p128", P, G)
+    assert [r["step"] for r in records] == [0, 4, 8]
+
+
+def test_chart_export_refusals_name_the_run_and_the_fix(tmp_path):
+    chart = write_chart_export(tmp_path / "chart.csv", {"a": 1, "b": 2})
+    with pytest.raises(UserError, match=r"--label/--seed.*holds 2 runs \(a, b\).*each run is labelled"):
+        import_log("wandb-csv", chart, tmp_path / "out", label="x", prompts_per_step=P, samples_per_prompt=G)
+    chart = write_chart_export(tmp_path / "other.csv", {"a": 1}, metric="my/custom_metric")
+    with pytest.raises(UserError, match=r"other.csv: run 'a'.*no metric matches.*my/custom_metric.*Fix: export a chart"):
+        import_log("wandb-csv", chart, tmp_path / "out", prompts_per_step=P, samples_per_prompt=G)
+    assert not (tmp_path / "out").exists()
+
+
+def test_chart_export_with_a_stray_column_names_it(tmp_path):
+    chart = tmp_path / "chart.csv"
+    chart.write_text('"Step","a - critic/score/mean","notes"\n1,0.5,x\n')
+    with pytest.raises(UserError, match=r"chart.csv: header: column 'notes' is not '<run> - <metric>'.*Fix: export"):
+        import_log("wandb-csv", chart, tmp_path / "out", prompts_per_step=P, samples_per_prompt=G)

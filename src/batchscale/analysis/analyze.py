@@ -42,6 +42,7 @@ def analyze(
     out: Path | None = None,
     smooth_window: int = 1,
     allow_mixed: bool = False,
+    score: str = "eval",
 ) -> dict:
     """Analyse the runs under `path`, write analysis.json, plots and report.md into `out` (default `path`); return the
     analysis.json document. DataWarnings (censoring, skipped dirs, target outside the scores) are also listed in
@@ -52,7 +53,7 @@ def analyze(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
-        result, details = compute_analysis(Path(path), target, reference, smooth_window, allow_mixed)
+        result, details = compute_analysis(Path(path), target, reference, smooth_window, allow_mixed, score)
     details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -68,6 +69,22 @@ def analyze(
     for name, temporary in files.items():
         os.replace(temporary, out_dir / name)
     return result
+
+
+TRAIN_REWARD_NOTE = ("scores are the training reward reward/mean (--score train-reward), measured on the training "
+                     "prompts, not a held-out eval")
+
+
+def warn_about_scores(by_label: dict[str, list[Run]], score: str) -> None:
+    """Say when the curve is the training reward, and when a run's log starts late (resumed): its target baseline is
+    then its first logged eval, not step 0."""
+    if score == "train-reward":
+        warnings.warn(TRAIN_REWARD_NOTE, DataWarning)
+    for runs in by_label.values():
+        for run in runs:
+            if run.descriptor.first_step > 1:
+                warnings.warn(f"{run.label} seed {run.seed}: the log starts at step {run.descriptor.first_step} "
+                              "(resumed or truncated), so its baseline is its first logged eval, not step 0", DataWarning)
 
 
 def write_temporary(final_path: Path, text: str) -> Path:
@@ -140,18 +157,23 @@ def resolve_target(target: float | None, reference_summary: dict, reference_sign
 
 
 def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
-                     allow_mixed: bool = False) -> tuple[dict, dict]:
+                     allow_mixed: bool = False, score: str = "eval") -> tuple[dict, dict]:
     """(analysis.json document, details for plots and report); runs of different tasks or models only with
-    allow_mixed (analysis.runs.load_runs)."""
+    allow_mixed (analysis.runs.load_runs); `score` picks the curve (curves.SCORES)."""
     if not isinstance(smooth_window, int) or smooth_window < 1 or smooth_window % 2 == 0:
         raise UserError("--smooth-window", f"must be an odd number of eval points >= 1, got {smooth_window}",
                         "use 1 for no smoothing, or 3, 5, ... for a centred moving average")
-    by_label = load_runs(path, allow_mixed)
+    if score not in curves.SCORES:
+        raise UserError("--score", f"unknown score {score!r}", f"use one of: {', '.join(curves.SCORES)}")
+    by_label = load_runs(path, allow_mixed, score)
+    warn_about_scores(by_label, score)
     if reference is not None and reference not in by_label:
         raise UserError("--reference", f"unknown label {reference!r}; labels: {sorted(by_label)}", "pass one of them")
     reference = reference or choose_reference(by_label)
-    eval_curves = {label: [curves.extract_eval_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
-    step_curves = {label: [curves.extract_step_curve(r, smooth_window) for r in runs] for label, runs in by_label.items()}
+    eval_curves = {label: [curves.extract_eval_curve(r, smooth_window, score) for r in runs]
+                   for label, runs in by_label.items()}
+    step_curves = {label: [curves.extract_step_curve(r, smooth_window, score) for r in runs]
+                   for label, runs in by_label.items()}
     summaries = {label: curves.summarize_seed_curves(eval_curves[label]) for label in by_label}
     signals = {label: signal.measure_learning_signal(eval_curves[label], summaries[label]) for label in by_label}
     learning_signal = any(s["learns"] for s in signals.values())
@@ -162,6 +184,8 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
         warnings.warn(why_no_signal, DataWarning)
     all_scores = np.concatenate([j for seed_curves in eval_curves.values() for _, j in seed_curves])
     target, target_rule = resolve_target(target, summaries[reference], signals[reference], learning_signal, all_scores)
+    if score == "train-reward":
+        target_rule += f"; {TRAIN_REWARD_NOTE}"
 
     per_label = {label: measure_label(label, by_label[label], eval_curves[label], target) for label in by_label}
     reference_n, reference_updates = per_label[reference]["n_star"]["mean"], per_label[reference]["updates_mean"]

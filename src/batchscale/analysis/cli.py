@@ -33,6 +33,10 @@ def analyze(
     allow_mixed: Annotated[
         bool, typer.Option("--allow-mixed", help="Compare runs of different tasks or models (refused by default).")
     ] = False,
+    score: Annotated[
+        str, typer.Option("--score", help="Curve: eval (the eval score) or train-reward (reward/mean of the steps, "
+                                          "for runs without evals).")
+    ] = "eval",
 ) -> None:
     """Compare runs at equal cumulative samples: N* per label with t-intervals on log N*, rN, alignment, B_simple."""
     from batchscale.analysis.analyze import analyze as run_analysis
@@ -41,7 +45,7 @@ def analyze(
     with warnings.catch_warnings(record=True) as caught, removing_new_entries(out if out is not None else path):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
-                              allow_mixed=allow_mixed)
+                              allow_mixed=allow_mixed, score=score)
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
     if json_out:

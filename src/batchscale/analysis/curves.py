@@ -13,6 +13,10 @@ evals are dense (docs/LOG.md). With window 1 (the default) the raw evals are use
 
 Step curves index the same evals by optimizer updates: N / samples_per_step * updates_per_step (PPO with epochs x
 mini-batches makes several updates per step), from run.json.
+
+Score (`analyze --score`): `eval` (default) reads the primary eval score of eval records; `train-reward` reads the
+training reward `reward/mean` of step records instead, for runs that never evaluated (most TRL GRPO runs). The training
+reward is measured on the prompts being trained on, so it is not a held-out score; analyze says so in every output.
 """
 
 from __future__ import annotations
@@ -22,18 +26,26 @@ import numpy as np
 from batchscale.rundir import Run, primary_eval_score
 
 
-def extract_eval_curve(run: Run, smooth_window: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(samples, scores) of one run's scored eval records, sorted by samples, optionally smoothed."""
-    points = [(float(r["samples"]), primary_eval_score(r)) for r in run.evals]
+SCORES = ("eval", "train-reward")
+TRAIN_REWARD_KEY = "reward/mean"
+
+
+def extract_eval_curve(run: Run, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
+    """(samples, scores) of one run's scored eval records (or, with score "train-reward", of its step records'
+    training reward), sorted by samples, optionally smoothed."""
+    if score == "train-reward":
+        points = [(float(r["samples"]), r.get(TRAIN_REWARD_KEY)) for r in run.steps]
+    else:
+        points = [(float(r["samples"]), primary_eval_score(r)) for r in run.evals]
     points = [(n, j) for n, j in points if j is not None]
     samples = np.array([n for n, _ in points], dtype=float)
     scores = np.array([j for _, j in points], dtype=float)
     return samples, smooth_scores(scores, smooth_window)
 
 
-def extract_step_curve(run: Run, smooth_window: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def extract_step_curve(run: Run, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
     """(optimizer updates, scores): the same evals indexed by updates, N / samples_per_step * updates_per_step."""
-    samples, scores = extract_eval_curve(run, smooth_window)
+    samples, scores = extract_eval_curve(run, smooth_window, score)
     return samples / run.samples_per_step * run.descriptor.updates_per_step, scores
 
 

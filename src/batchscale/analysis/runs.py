@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from batchscale.analysis.curves import TRAIN_REWARD_KEY
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import Run, RunDescriptor, find_run_dirs, primary_eval_score, read_run
 from batchscale.rundir.run import read_descriptor
@@ -50,20 +51,29 @@ def check_mixed_runs(path: Path, allow_mixed: bool = False) -> None:
     check_one_task_and_model([(run_dir, read_descriptor(run_dir)) for run_dir in find_run_dirs(path)], allow_mixed)
 
 
-def load_runs(path: Path, allow_mixed: bool = False) -> dict[str, list[Run]]:
-    """All runs under `path` with at least one scored eval, grouped by label, seeds sorted. Raises if none remain,
-    and (unless allow_mixed) if they are runs of different tasks or models."""
+def load_runs(path: Path, allow_mixed: bool = False, score: str = "eval") -> dict[str, list[Run]]:
+    """All runs under `path` with at least one scored eval (with score "train-reward": a step with reward/mean),
+    grouped by label, seeds sorted. Raises if none remain, and (unless allow_mixed) if they are runs of different
+    tasks or models."""
     by_label: dict[str, list[Run]] = {}
     runs = [read_run(run_dir) for run_dir in find_run_dirs(path)]
     check_one_task_and_model([(run.path, run.descriptor) for run in runs], allow_mixed)
     for run in runs:
         run_dir = run.path
-        if not any(primary_eval_score(r) is not None for r in run.evals):
+        if score == "train-reward":
+            if not any(isinstance(r.get(TRAIN_REWARD_KEY), (int, float)) for r in run.steps):
+                warnings.warn(f"skipping {run_dir}: no step record with {TRAIN_REWARD_KEY}", DataWarning)
+                continue
+        elif not any(primary_eval_score(r) is not None for r in run.evals):
             warnings.warn(f"skipping {run_dir}: no eval record with eval/accuracy or eval/score", DataWarning)
             continue
         by_label.setdefault(run.label, []).append(run)
     if not by_label:
-        raise UserError("path", f"no run under {path} has a scored eval record", "let runs reach their first eval")
+        if score == "eval":
+            raise UserError("path", f"no run under {path} has a scored eval record",
+                            "let runs reach their first eval, or use --score train-reward for runs without evals")
+        raise UserError("path", f"no run under {path} has a step record with {TRAIN_REWARD_KEY}",
+                        "import runs whose logs carry the training reward")
     for label, runs in by_label.items():
         runs.sort(key=lambda r: r.seed)
         seeds = [r.seed for r in runs]

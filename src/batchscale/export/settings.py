@@ -48,6 +48,7 @@ class PointSettings:
     max_grad_norm: float | None
     critic_max_grad_norm: float | None
     value_clip: float | None
+    chat_template: bool  # the sweep's model.chat_template: prompts are wrapped in the tokenizer's chat template
 
     @property
     def prompts_per_update(self) -> int:
@@ -74,7 +75,7 @@ def derive_settings(point: Point) -> PointSettings:
         loss_aggregation=algo.loss_aggregation, gamma=algo.gamma, gae_lambda=algo.gae_lambda,
         betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay,
         max_grad_norm=cfg.optim.max_grad_norm, critic_max_grad_norm=cfg.critic.max_grad_norm,
-        value_clip=cfg.critic.value_clip,
+        value_clip=cfg.critic.value_clip, chat_template=cfg.model.chat_template,
     )
 
 

@@ -6,8 +6,16 @@ Option names follow verl's `ppo_trainer.yaml` (the layout `actor_rollout_ref.{ac
 file logger (`trainer.logger` with "file"; `VERL_FILE_LOGGER_PATH` sets its JSONL path), Hydra's resolved config to
 `$RUN_DIR/.hydra/config.yaml`, where `batchscale import verl` finds it beside the log.
 
-Not carried (verl has no option, or its default already matches batchscale's): Adam betas and eps (verl's AdamW uses
-(0.9, 0.999), 1e-8), PPO advantage whitening (verl always whitens GAE advantages).
+Checked against verl's Hydra config (verl/trainer/config/ppo_trainer.yaml and its actor/, critic/, optim/ parts, and
+the flattened _generated_ppo_trainer.yaml) at commit b178a3c (0.8.0.dev, 2026-01-29): every option below exists there.
+- The clip range: verl's policy loss reads `clip_ratio_low` / `clip_ratio_high` (both default 0.2) and ignores
+  `clip_ratio` when they are set, so all three are passed.
+- Adam betas and weight decay go to the actor's and the critic's optim (batchscale's critic shares optim's settings).
+- A run name (and the run directory that holds it) may contain `=`, as in the label `grpo-P16-G8-a=0.25`; Hydra's
+  override grammar does not allow `=` in an unquoted value, so those values are single-quoted for Hydra.
+
+Not carried (verl has no option, or its default already matches batchscale's): Adam eps (1e-8), PPO advantage
+whitening (verl always whitens GAE advantages).
 """
 
 from __future__ import annotations
@@ -31,8 +39,11 @@ def build_verl_overrides(s: PointSettings, project: str) -> list:
          f"actor_rollout_ref.actor.ppo_epochs={s.ppo_epochs}",
          f"actor_rollout_ref.actor.optim.lr={s.lr!r}",
          f"actor_rollout_ref.actor.optim.weight_decay={s.weight_decay!r}",
+         f"actor_rollout_ref.actor.optim.betas={hydra_list(s.betas)}",
          "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
          f"actor_rollout_ref.actor.clip_ratio={s.clip_eps!r}",
+         f"actor_rollout_ref.actor.clip_ratio_low={s.clip_eps!r}",  # verl reads these two, not clip_ratio
+         f"actor_rollout_ref.actor.clip_ratio_high={s.clip_eps!r}",
          f"actor_rollout_ref.actor.loss_agg_mode={LOSS_AGGREGATION[s.loss_aggregation]}",
          f"actor_rollout_ref.actor.use_kl_loss={s.kl_coef > 0}",
          "algorithm.use_kl_in_reward=False"]
@@ -45,6 +56,7 @@ def build_verl_overrides(s: PointSettings, project: str) -> list:
     if s.algorithm == "ppo":
         o += [f"algorithm.gamma={s.gamma!r}", f"algorithm.lam={s.gae_lambda!r}",
               f"critic.optim.lr={s.critic_lr!r}", "critic.optim.lr_warmup_steps_ratio=0.0",
+              f"critic.optim.weight_decay={s.weight_decay!r}", f"critic.optim.betas={hydra_list(s.betas)}",
               Shell("critic.model.path=$MODEL_PATH"),
               Shell("critic.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU")]
         if s.value_clip is not None:
@@ -61,9 +73,9 @@ def build_verl_overrides(s: PointSettings, project: str) -> list:
           "trainer.save_freq=-1",
           "trainer.logger=[console,file]",
           f"trainer.project_name={project}",
-          f"trainer.experiment_name={s.name}",
-          Shell("trainer.default_local_dir=$RUN_DIR/checkpoints"),
-          Shell("hydra.run.dir=$RUN_DIR"),
+          f"trainer.experiment_name={hydra_quote(s.name)}",
+          Shell(f"trainer.default_local_dir={hydra_quote('$RUN_DIR/checkpoints')}"),
+          Shell(f"hydra.run.dir={hydra_quote('$RUN_DIR')}"),
           Shell("data.train_files=$TRAIN_FILES"),
           Shell("data.val_files=$VAL_FILES"),
           Shell("data.max_prompt_length=$MAX_PROMPT_LENGTH"),
@@ -77,6 +89,16 @@ def build_verl_overrides(s: PointSettings, project: str) -> list:
           Shell("trainer.n_gpus_per_node=$N_GPUS_PER_NODE"),
           Shell("trainer.nnodes=$NNODES")]
     return o
+
+
+def hydra_list(values) -> str:
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+def hydra_quote(text: str) -> str:
+    """A Hydra override value that may hold `=` (a label such as grpo-P16-G8-a=0.25): single-quoted for Hydra (run
+    names never hold a quote: launchers.SAFE_NAME)."""
+    return f"'{text}'"
 
 
 def check_verl(s: PointSettings) -> str | None:

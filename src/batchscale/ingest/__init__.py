@@ -1,10 +1,15 @@
 """Import other frameworks' training logs as batchscale run directories (DESIGN.md "The run log").
 
-    FORMAT        reader                         key styles it can hold
-    verl          verl.read_verl_jsonl           verl (file logger JSONL)
-    tensorboard   tensorboard.read_tensorboard   verl, OpenRLHF, TRL (detected from the tags)
-    trl           trl.read_trl_state             TRL (trainer_state.json)
-    wandb-csv     wandb_csv.read_wandb_csv       verl, OpenRLHF, TRL (detected from the columns)
+    FORMAT        reader                                   shapes (detected)                     key styles
+    verl          verl.read_verl                           file-logger JSONL, flat JSONL,        verl
+                  (verl_console.read_verl_console)         console text
+    openrlhf      importer.read_openrlhf                   console text, TensorBoard events      OpenRLHF
+                  (openrlhf_console.read_openrlhf_console)
+    tensorboard   tensorboard.read_tensorboard             TensorBoard events                    verl, OpenRLHF, TRL
+    trl           trl.read_trl_state                       trainer_state.json                    TRL
+    wandb-csv     wandb_csv.read_wandb_csv                 history export, chart export (runs)   verl, OpenRLHF, TRL
 
-`importer.import_log` runs the pipeline; reading a log never imports torch.
+`importer.import_log` runs the pipeline: read -> config (frameworkconfig) -> P, G and updates from the evidence
+(batch) -> records (records, with the key table of common) -> rundir.write_run. console.py holds what the console
+readers share. Reading a log never imports torch.
 """

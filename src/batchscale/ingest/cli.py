@@ -39,16 +39,19 @@ def import_run(
     result = import_log(format, path, out, label=label, prompts_per_step=prompts_per_step,
                         samples_per_prompt=samples_per_prompt, seed=seed, overwrite=overwrite, config_path=config,
                         lr_rule=lr_rule)
-    report_problems(result["run"]["import"])
+    runs = result.get("runs", [result])  # a W&B chart export may hold several runs
+    for one in runs:
+        report_problems(one["run"]["import"])
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
-    run, summary = result["run"], result["summary"]
-    typer.echo(
-        f"imported {run['source']} run -> {result['run_dir']}: {summary['steps']} step records to step "
-        f"{summary['last_step']}, {summary['samples']} samples "
-        f"(P={run['prompts_per_step']}, G={run['samples_per_prompt']}), label {run['label']}, seed {run['seed']}"
-    )
+    for one in runs:
+        run, summary = one["run"], one["summary"]
+        typer.echo(
+            f"imported {run['source']} run -> {one['run_dir']}: {summary['steps']} step records to step "
+            f"{summary['last_step']}, {summary['samples']} samples "
+            f"(P={run['prompts_per_step']}, G={run['samples_per_prompt']}), label {run['label']}, seed {run['seed']}"
+        )
 
 
 def report_problems(block: dict) -> None:

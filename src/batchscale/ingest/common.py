@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from batchscale.errors import UserError
 
 # The formats `batchscale import` reads (importer.READERS maps each to its reader).
-FORMATS = ("verl", "tensorboard", "trl", "wandb-csv")
+FORMATS = ("verl", "openrlhf", "tensorboard", "trl", "wandb-csv")
 
 # batchscale step key -> framework -> framework keys, first present wins.
 STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
@@ -32,9 +32,14 @@ STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
     "response/length_mean": {
         "verl": ("response_length/mean",),
         "openrlhf": ("train/rollout/response_length_mean", "train/response_length"),
-        "trl": ("completions/mean_length",),
+        "trl": ("completions/mean_length", "completion_length"),  # TRL before April 2025: completion_length
     },
-    "time/generate": {"verl": ("timing_s/gen",), "openrlhf": ("train/timing/generation",), "trl": ()},
+    # generation: the largest present phase wins (GENERATION_KEYS); verl's `gen` times the driver's generate call,
+    # `generate_sequences` the workers' (sync rollout), `generate_async` the one-step-off-policy rollout, and custom
+    # trainers time filtered rollouts as `get_batch_rollout_with_filtering`
+    "time/generate": {"verl": ("timing_s/gen", "timing_s/generate_sequences", "timing_s/generate_async",
+                               "timing_s/get_batch_rollout_with_filtering"),
+                      "openrlhf": ("train/timing/generation",), "trl": ()},
     "time/generate_max": {"verl": ("timing_s/gen_max",), "openrlhf": (), "trl": ()},
     "time/train": {"verl": ("timing_s/update_actor",), "openrlhf": ("train/timing/ppo_train",), "trl": ()},
     "time/train_critic": {"verl": ("timing_s/update_critic",), "openrlhf": (), "trl": ()},
@@ -44,6 +49,19 @@ STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
     "grad_norm/critic": {"verl": ("critic/grad_norm",), "openrlhf": ("train/critic_grad_norm",), "trl": ()},
     "lr/critic": {"verl": ("critic/lr",), "openrlhf": ("train/critic_lr",), "trl": ()},
 }
+
+LARGEST_WINS = frozenset({"time/generate"})  # batchscale keys whose candidates are phases: the largest present wins
+# Other keys that look like a generation phase (custom trainers): a warning when one exceeds time/generate.
+GENERATION_LIKE = {"verl": r"^timing_s/(?!gen_max$|agent_loop/).*(gen|rollout)", "openrlhf": r"^train/timing/.*gen"}
+
+# Keys that reveal filtering / dynamic sampling (more samples generated than consumed): verl's DAPO recipe counts
+# generation rounds in `train/num_gen_batches`; custom trainers log filtered ratios; OpenRLHF logs its pass rate.
+FILTER_KEY_PATTERNS: dict[str, tuple[str, ...]] = {
+    "verl": (r"^train/num_gen_batches$", r"too_(bad|good)", r"filter"),
+    "openrlhf": (r"dynamic_filtering",),
+    "trl": (),
+}
+GENERATED_COUNT_KEYS = {"verl": (), "openrlhf": ("train/rollout/num_samples",), "trl": ()}
 
 # Eval keys: framework prefix -> prefix of the batchscale name under `eval/` (all eval metrics are kept).
 EVAL_PREFIXES: dict[str, dict[str, str]] = {
@@ -70,9 +88,16 @@ SCORE_RULES: dict[str, tuple[str, ...]] = {
 # Known bookkeeping keys: neither mapped nor reported as unknown.
 BOOKKEEPING_KEYS: dict[str, frozenset[str]] = {
     "verl": frozenset({"training/global_step", "training/epoch"}),
-    "openrlhf": frozenset({"train/global_step", "eval/global_step", "eval/epoch"}),
+    "openrlhf": frozenset({"train/global_step", "eval/global_step", "eval/epoch", "train/rollout/num_samples"}),
     "trl": frozenset({"step", "global_step", "epoch", "total_flos", "train_runtime", "train_loss",
                       "train_samples_per_second", "train_steps_per_second"}),
+}
+
+# Families of known keys (read by a reader, or summed into a mapped key) that are not reported as unknown.
+KNOWN_KEY_PATTERNS: dict[str, tuple[str, ...]] = {
+    "verl": (),
+    "openrlhf": (),
+    "trl": (r"^rewards/[^/]+/(mean|std)$",),
 }
 
 STEP_KEYS: dict[str, tuple[str, ...]] = {  # where each framework logs its step, in priority order
@@ -104,6 +129,11 @@ class ParsedLog:
     problems: list[str] = field(default_factory=list)  # tolerated damage, reported in the run descriptor and on stderr
     notes: list[str] = field(default_factory=list)
     window_note: str | None = None  # set when rows average over a logging window (TRL)
+    step_window: int = 1  # optimizer steps one logged row stands for (TRL's logging_steps); fixes where wall_s starts
+    shape: str = ""  # which shape of the format was read (verl: file logger JSONL, flat JSONL, console text)
+    logged_lr_exact: bool = True  # False when printed values are rounded (verl's 3-decimal console): no lr from them
+    run_name: str | None = None  # one run of a multi-run file (W&B chart export)
+    batch_hints: dict = field(default_factory=dict)  # P/G the file suggests but flags may override (TRL state)
 
 
 def eval_name(style: str, key: str) -> str | None:
@@ -125,7 +155,7 @@ def mapped_keys(style: str) -> frozenset[str]:
 def is_known_key(style: str, key: str) -> bool:
     """True when `key` is mapped, an eval key, a step key or bookkeeping for `style`."""
     return (key in mapped_keys(style) or eval_name(style, key) is not None or key in BOOKKEEPING_KEYS[style]
-            or key in STEP_KEYS[style])
+            or key in STEP_KEYS[style] or any(re.search(rule, key) for rule in KNOWN_KEY_PATTERNS[style]))
 
 
 def pick_eval_primary(style: str, eval_metrics: dict[str, float]) -> tuple[str, float] | None:
@@ -164,7 +194,9 @@ def detect_style(keys: set[str]) -> tuple[str, bool]:
 
 
 def parse_number(value, where: str, key: str, path: str) -> float | None:
-    """A finite float from a logged value; None for NaN/inf (dropped); UserError naming the place for non-numbers."""
+    """A finite float from a logged value; None for NaN/inf/null (dropped); UserError naming the place otherwise."""
+    if value is None:  # TRL logs None for a metric with no valid value in the window
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         number = None
     else:

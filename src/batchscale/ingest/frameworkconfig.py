@@ -1,7 +1,8 @@
 """The framework's own config, given (`--config`) or found beside the log: batch shape, lr, algorithm, model, task.
 
-verl's Hydra writes the config to `.hydra/config.yaml` in the run's output directory; we look for `config.yaml` and
-`.hydra/config.yaml` beside the log and `.hydra/config.yaml` one level up. A config found this way that cannot be read
+verl's Hydra writes the config to `.hydra/config.yaml` in the run's output directory, while the file logger writes to
+`<project>/<experiment>.jsonl` under the working directory (verl/utils/tracking.py `FileLogger`); find_config_file
+looks in both places. A console log carries the config itself (verl_console.py). A config found this way that cannot be read
 is noted and ignored; one passed with `--config` must be readable. A JSON or YAML dump of OpenRLHF's arguments (old
 flat names or the newer dotted ones) or of TRL's training arguments can be passed with `--config`. Nested mappings are
 flattened to dotted keys, so `{"data": {"train_batch_size": 256}}` reads as `data.train_batch_size`.
@@ -42,17 +43,38 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "mini_batch_prompts": {"verl": ("actor_rollout_ref.actor.ppo_mini_batch_size",), "openrlhf": (), "trl": ()},
     "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
+HYDRA_LEVELS_UP = 3
 NUMERIC_FIELDS = {"prompts_per_step": int, "samples_per_prompt": int, "seed": int, "lr": float,
                   "mini_batch_prompts": int, "epochs": int}
 
 
-def find_config_file(log_path: Path) -> Path | None:
-    """verl's Hydra config beside the log: config.yaml or .hydra/config.yaml there, or ../.hydra/config.yaml."""
+def find_config_file(log_path: Path, notes: list[str]) -> Path | None:
+    """verl's Hydra config for a log: `config.yaml` or `.hydra/config.yaml` beside it, `.hydra/config.yaml` in a
+    directory above it (up to HYDRA_LEVELS_UP), or, for the file logger's default path `<cwd>/<project>/<experiment>.jsonl`,
+    the latest `<cwd>/outputs/<date>/<time>/.hydra/config.yaml` whose trainer.project_name and experiment_name match."""
     base = log_path if log_path.is_dir() else log_path.parent
-    for candidate in (base / "config.yaml", base / ".hydra" / "config.yaml", base.parent / ".hydra" / "config.yaml"):
+    candidates = [base / "config.yaml", base / ".hydra" / "config.yaml"]
+    candidates += [above / ".hydra" / "config.yaml" for above in list(base.parents)[:HYDRA_LEVELS_UP]]
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
-    return None
+    if log_path.is_dir():
+        return None
+    matches = [c for c in sorted((base.parent / "outputs").glob("*/*/.hydra/config.yaml"))
+               if names_run(c, project=base.name, experiment=log_path.stem)]
+    if len(matches) > 1:
+        notes.append(f"{len(matches)} Hydra configs in {base.parent / 'outputs'} name this project and experiment; "
+                     f"the latest ({matches[-1].parent.parent}) was used")
+    return matches[-1] if matches else None
+
+
+def names_run(config_path: Path, project: str, experiment: str) -> bool:
+    """True when a Hydra config's trainer.project_name / experiment_name are `project` / `experiment`."""
+    try:
+        config = read_config_file(config_path)
+    except UserError:
+        return False
+    return config.get("trainer.project_name") == project and config.get("trainer.experiment_name") == experiment
 
 
 def flatten_mapping(mapping: dict, prefix: str = "") -> dict:

@@ -12,25 +12,28 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog
-from batchscale.ingest.frameworkconfig import find_config_file, read_config_file, read_run_fields
+from batchscale.ingest.batch import resolve_batch
+from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
+from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
-from batchscale.ingest.verl import read_verl_jsonl
+from batchscale.ingest.verl import read_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
-from batchscale.rundir import RunDescriptor, check_out_dir, summarize_run, write_run
+from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
 
-READERS = {"verl": read_verl_jsonl, "tensorboard": read_tensorboard, "trl": read_trl_state, "wandb-csv": read_wandb_csv}
-BATCH_HINTS = {
-    "verl": "data.train_batch_size and actor_rollout_ref.rollout.n",
-    "openrlhf": "--rollout_batch_size and --n_samples_per_prompt",
-    "trl": "P = per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations,"
-           " G = num_generations",
-}
+def read_openrlhf(path: Path) -> ParsedLog:
+    """OpenRLHF: a console log, else (a directory or an event file) its TensorBoard events."""
+    return read_openrlhf_console(path) if looks_like_text(path) else read_tensorboard(path)
+
+
+READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
+           "wandb-csv": read_wandb_csv}
+MULTI_RUN_FORMATS = ("wandb-csv",)  # a chart export may hold several runs: OUT is then their parent
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
 
 
-def parse_log(fmt: str, path: Path) -> ParsedLog:
+def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
     """Dispatch to the format's reader; unknown formats and missing paths are UserErrors."""
     if fmt not in READERS:
         raise UserError("FORMAT", f"unknown format '{fmt}'", f"use one of: {', '.join(READERS)}")
@@ -42,13 +45,18 @@ def parse_log(fmt: str, path: Path) -> ParsedLog:
 
 
 def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
-    """Attach the framework config (given, or a verl Hydra config.yaml found next to the log) to `parsed`."""
+    """Attach the framework config to `parsed`: the one given with --config, else the one the log printed (verl's
+    console), else a verl Hydra config.yaml found beside or above the log (frameworkconfig.find_config_file)."""
     if config_path is not None:
         if not config_path.is_file():
             raise UserError("--config", f"{config_path} is not a file", "pass the framework's config file")
+        if parsed.config:
+            parsed.notes.append(f"--config {config_path} replaces the config printed in the log")
         parsed.config, parsed.config_path = read_config_file(config_path), str(config_path)
         return
-    found = find_config_file(path) if parsed.style == "verl" else None
+    if parsed.config or parsed.style != "verl":
+        return
+    found = find_config_file(path, parsed.notes)
     if found is not None:  # a config we went looking for must not fail the import: note it and go on without it
         try:
             parsed.config, parsed.config_path = read_config_file(found), str(found)
@@ -56,69 +64,55 @@ def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None
             parsed.notes.append(f"ignored {found}: {e.rule}")
 
 
-def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_prompt: int | None) -> dict:
-    """Run descriptor fields from flags and config, flags first: P, G (required), lr, algorithm, model, task, seed."""
-    fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
-    origin = {}
-    for name, flag_value in (("prompts_per_step", prompts_per_step), ("samples_per_prompt", samples_per_prompt)):
-        if flag_value is not None:
-            if name in fields and fields[name] != flag_value:
-                parsed.notes.append(f"--{name.replace('_', '-')} {flag_value} overrides the config's {fields[name]}")
-            fields[name], origin[name] = flag_value, "flag"
-        elif name in fields:
-            origin[name] = "config"
-    missing = [name for name in ("prompts_per_step", "samples_per_prompt") if name not in fields]
-    if missing:
-        where = f"the config {parsed.config_path} lacks it" if parsed.config_path else "no framework config was found"
-        raise UserError(
-            ", ".join(missing),
-            f"P and G are needed for cumulative samples (step x P x G); {parsed.style} logs do not record them"
-            f" and {where}",
-            f"pass --prompts-per-step P --samples-per-prompt G ({parsed.style}: {BATCH_HINTS[parsed.style]})",
-        )
-    for name in ("prompts_per_step", "samples_per_prompt"):
-        if fields[name] < 1:
-            raise UserError(name, f"must be a positive integer, got {fields[name]}", "fix the flag or the config")
-    fields["batch_from"] = origin
-    resolve_updates(parsed, fields)
-    return fields
-
-
-def resolve_updates(parsed: ParsedLog, fields: dict) -> None:
-    """samples_per_update and updates_per_step from the config's mini-batch and epoch settings (verl); without them,
-    the single pass: one update of all P * G samples, said in a note."""
-    prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
-    mini_batch_prompts, epochs = fields.pop("mini_batch_prompts", None), fields.pop("epochs", None)
-    if mini_batch_prompts is None and epochs is None:
-        parsed.notes.append("updates per step unknown (no mini-batch or epoch setting in a config): one update of "
-                            "P x G samples assumed")
-        return
-    mini_batch_prompts = mini_batch_prompts or prompts
-    if not 1 <= mini_batch_prompts <= prompts or prompts % mini_batch_prompts:
-        raise UserError("ppo_mini_batch_size", f"{mini_batch_prompts} prompts must divide the {prompts} prompts of a "
-                        "step", "check the framework config given or found beside the log")
-    fields["samples_per_update"] = mini_batch_prompts * group
-    fields["updates_per_step"] = (epochs or 1) * (prompts // mini_batch_prompts)
-
-
 def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompts_per_step: int | None = None,
                samples_per_prompt: int | None = None, seed: int | None = None, overwrite: bool = False,
                config_path: Path | None = None, lr_rule: str | None = None) -> dict:
-    """Import one run; returns {run_dir, run (the descriptor), summary}. Raises UserError, writing nothing, on bad input."""
+    """Import one run; returns {run_dir, run (the descriptor), summary}. A file holding several runs (a W&B chart
+    export) gives one run directory per run, `OUT/<run name>/` labelled with the run name, and returns
+    {"run_dir": OUT, "runs": [...]}. Raises UserError, writing nothing, on bad input."""
     path, out = Path(path), Path(out)
     check_lr_rule(lr_rule)
-    check_out_dir(out, overwrite)
+    if fmt not in MULTI_RUN_FORMATS:  # a bad --out is reported before the log is read
+        check_out_dir(out, overwrite)
     parsed = parse_log(fmt, path)
+    runs = parsed if isinstance(parsed, list) else [parsed]
+    if len(runs) > 1 and (label is not None or seed is not None):
+        raise UserError("--label/--seed", f"{path} holds {len(runs)} runs ({', '.join(r.run_name for r in runs)})",
+                        "import it without --label and --seed: each run is labelled with its run name")
+    outs = [out / safe_name(r.run_name) for r in runs] if len(runs) > 1 else [out]
+    if len(runs) > 1 and out.exists() and (not out.is_dir() or is_run_dir(out)):
+        raise UserError("--out", f"{out} must be a directory to hold the {len(runs)} runs", "choose a new --out")
+    for run_out in outs:
+        check_out_dir(run_out, overwrite)
+    prepared = [prepare_run(fmt, path, r, label or (r.run_name and safe_name(r.run_name) if len(runs) > 1 else None),
+                            prompts_per_step, samples_per_prompt, seed, config_path, lr_rule) for r in runs]
+    results = []
+    for run_out, (descriptor, records, summary) in zip(outs, prepared):
+        run_dir = write_run(run_out, descriptor, records, summary, overwrite)
+        results.append({"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")})
+    return results[0] if len(results) == 1 else {"run_dir": str(out), "runs": results}
+
+
+def safe_name(name: str) -> str:
+    """A run name as a directory name and label: letters, digits and . _ + - kept, anything else becomes _."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._") or "run"
+
+
+def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
+                samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
+    """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     records, report = build_records(parsed, str(path), prompts * group, prompts)
-    descriptor_fields = describe_run(parsed, fields, records, label, seed)
+    descriptor_fields = describe_run(parsed, fields, records, label, seed, report["first_step"])
     descriptor_fields["lr_rule"] = lr_rule or "unknown"
     descriptor_fields["import"] = {
         "path": str(path.absolute()),
         "format": fmt,
         "key_style": parsed.style,
+        "shape": parsed.shape or fmt,
+        "run_name": parsed.run_name,
         "config_path": parsed.config_path,
         "batch_from": fields["batch_from"],
         "wall_s_from": report["wall_s_from"],
@@ -133,9 +127,7 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     except ValueError as e:  # pydantic's ValidationError: facts from the log and config that contradict each other
         raise UserError(str(path), f"the run's facts do not add up ({e.errors()[0]['msg']})",
                         "check P, G and the framework config") from None
-    summary = summarize_run(descriptor, records, finished=None)  # a log does not say whether the run ran to its end
-    run_dir = write_run(out, descriptor, records, summary, overwrite)
-    return {"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")}
+    return descriptor, records, summarize_run(descriptor, records, finished=None)  # a log cannot say it finished
 
 
 LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
@@ -147,7 +139,8 @@ def check_lr_rule(lr_rule: str | None) -> None:
         raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
 
 
-def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: str | None, seed: int | None) -> dict:
+def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: str | None, seed: int | None,
+                 first_step: int = 1) -> dict:
     """The flat run descriptor (without the import block); defaults are explained in the notes."""
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     if parsed.style == "trl":
@@ -158,7 +151,10 @@ def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: st
     if lr is not None and not lr > 0:
         parsed.notes.append(f"the config's lr {lr} is not positive (a rounded value?); lr left unknown")
         lr = None
-    if lr is None:
+    if lr is None and not parsed.logged_lr_exact:
+        parsed.problems.append("lr unknown: no config gave the optimizer's lr and the log prints it rounded; "
+                               "run.json lr is null (pass --config)")
+    elif lr is None:
         logged = [r["lr/actor"] for r in records if "lr/actor" in r]
         lr = max(logged) if logged and max(logged) > 0 else None
         if logged:
@@ -182,7 +178,7 @@ def describe_run(parsed: ParsedLog, fields: dict, records: list[dict], label: st
         "samples_per_step": prompts * group,
         "samples_per_update": fields.get("samples_per_update", prompts * group),
         "updates_per_step": fields.get("updates_per_step", 1),
-        "first_step": min((r["step"] for r in records if r["kind"] == "step"), default=1),
+        "first_step": first_step,
         "lr": lr,
         "lr_rule": "unknown",
         "model": fields.get("model"),

@@ -11,15 +11,23 @@ per step. An eval at step 0 (before training) gets samples 0.
 
 wall_s, in order of preference:
 1. cumulative sum of `time/step` over step records, each weighted by the steps it stands for (step - previous logged
-   step), which covers TRL's logging windows and gaps in any log; used only when every step record has `time/step`;
+   step), which covers TRL's logging windows and gaps in any log; used only when every step record has `time/step`.
+   The first record stands for one logging window (ParsedLog.step_window): a log that starts later (a resumed run,
+   first step 101) starts its clock at its first logged step, since the time of the steps before it is unknown;
 2. the row timestamps minus the run's start (TensorBoard event times, W&B `_runtime`);
 3. null, with a note.
 """
 
 from __future__ import annotations
 
+import re
+
 from batchscale.errors import UserError
 from batchscale.ingest.common import (
+    FILTER_KEY_PATTERNS,
+    GENERATED_COUNT_KEYS,
+    GENERATION_LIKE,
+    LARGEST_WINS,
     STEP_KEY_MAP,
     ParsedLog,
     eval_name,
@@ -66,13 +74,57 @@ def merge_rows_by_step(parsed: ParsedLog, path: str, dropped: list[str]) -> dict
 
 
 def map_step_metrics(style: str, metrics: dict) -> dict[str, float]:
-    """batchscale step key -> value for one step (the first present framework key of the table wins)."""
+    """batchscale step key -> value for one step (the first present framework key of the table wins; for the phases
+    of LARGEST_WINS, the largest)."""
     record = {}
     for batchscale_key, per_framework in STEP_KEY_MAP.items():
         present = [key for key in per_framework[style] if key in metrics]
         if present:
-            record[batchscale_key] = metrics[present[0]]
+            key = max(present, key=metrics.__getitem__) if batchscale_key in LARGEST_WINS else present[0]
+            record[batchscale_key] = metrics[key]
     return record
+
+
+def check_generation_keys(style: str, merged: dict[int, dict], problems: list[str]) -> None:
+    """Warn about steps whose generation time may be wrong: the primary generation key missing or smaller than
+    another generation-like key (the largest mapped phase is used), or no generation key where other steps have one."""
+    candidates, like_rule = STEP_KEY_MAP["time/generate"][style], GENERATION_LIKE.get(style)
+    if not candidates or like_rule is None:
+        return
+    primary, timed, odd, missing = candidates[0], 0, [], []
+    for step, entry in merged.items():
+        metrics = entry["metrics"]
+        if not any(key in mapped_keys(style) for key in metrics):
+            continue  # an eval-only row
+        present = [key for key in candidates if key in metrics]
+        like = [key for key in metrics if re.search(like_rule, key) and type(metrics[key]) in (int, float)]
+        if not present:
+            missing.append(step)
+            continue
+        timed += 1
+        largest = max(present + like, key=metrics.__getitem__)
+        if primary not in metrics or metrics[primary] < metrics[largest]:
+            odd.append((step, largest))
+    if odd:
+        problems.append(f"time/generate: in {len(odd)} step(s) {primary} is missing or smaller than another "
+                        f"generation phase (e.g. {odd[0][1]} at step {odd[0][0]}); the largest mapped phase was used")
+    if missing and timed:
+        problems.append(f"time/generate: {len(missing)} step(s) log no generation time (e.g. step {missing[0]})")
+
+
+def check_filtering(style: str, merged: dict[int, dict], samples_per_step: int, problems: list[str]) -> None:
+    """Warn when the log shows filtering / dynamic sampling: samples generated then exceed samples consumed."""
+    for step, entry in merged.items():
+        metrics = entry["metrics"]
+        hit = next((k for k in metrics if any(re.search(rule, k) for rule in FILTER_KEY_PATTERNS[style])), None)
+        generated = next((metrics[k] for k in GENERATED_COUNT_KEYS[style] if k in metrics), None)
+        if hit is None and not (isinstance(generated, (int, float)) and generated > samples_per_step * 1.05):
+            continue
+        evidence = f"key {hit}" if hit else f"{generated:g} samples generated for {samples_per_step} consumed"
+        problems.append(f"filtering / dynamic sampling detected ({evidence} at step {step}): samples consumed "
+                        "(step x P x G, the sample axis) and samples generated differ, so throughput from this run "
+                        "counts consumed samples only")
+        return
 
 
 def map_eval_metrics(style: str, metrics: dict) -> dict[str, float]:
@@ -86,6 +138,8 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
     style = parsed.style
     dropped: list[str] = []
     merged = merge_rows_by_step(parsed, path, dropped)
+    check_generation_keys(style, merged, parsed.problems)
+    check_filtering(style, merged, samples_per_step, parsed.problems)
     unknown_keys: set[str] = set()
     step_records, eval_records = [], []
     for step, entry in merged.items():
@@ -113,7 +167,8 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
         )
     if dropped:
         parsed.problems.append(f"{len(dropped)} non-finite value(s) (NaN/inf) dropped, e.g. {dropped[0]}")
-    wall_note = assign_wall_seconds(step_records, eval_records, parsed.start_time_s)
+    first_step = first_covered_step(parsed, step_records)
+    wall_note = assign_wall_seconds(step_records, eval_records, parsed.start_time_s, first_step)
     records = sorted(step_records + eval_records, key=lambda r: (r["step"], r["kind"] != "step"))
     for record in records:
         record.pop("_time_s")
@@ -122,6 +177,7 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
         "not_provided": list_missing_keys(style, step_records),
         "wall_s_from": wall_note,
         "eval_primary": sorted({k for r in eval_records for k in ("eval/accuracy", "eval/score") if k in r}),
+        "first_step": first_step,
     }
     if any("tokens/generated" in r for r in step_records):
         parsed.notes.append("tokens/generated is derived: response/length_mean x samples_per_step")
@@ -130,10 +186,25 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
     return records, report
 
 
-def assign_wall_seconds(step_records: list, eval_records: list, start_time_s: float | None) -> str:
+def first_covered_step(parsed: ParsedLog, step_records: list) -> int:
+    """The first step the log covers: its first logged step, less the window that row averages (TRL); > 1 when the
+    log starts late (resumed or truncated), which is noted."""
+    if not step_records:
+        return 1
+    logged = step_records[0]["step"]
+    first = max(logged - parsed.step_window + 1, 1) if logged >= 1 else 1
+    if first > 1:
+        parsed.notes.append(
+            f"the log starts at step {logged} (a resumed or truncated run): samples count from the logged step "
+            f"(step x P x G), wall_s starts at step {first} (the time before it is unknown), and the target's "
+            "baseline is the first logged eval, not step 0")
+    return first
+
+
+def assign_wall_seconds(step_records: list, eval_records: list, start_time_s: float | None, first_step: int = 1) -> str:
     """Fill `wall_s` in place (see module docstring); returns how it was derived."""
     if step_records and all("time/step" in r for r in step_records):
-        elapsed_s, previous_step = 0.0, 0
+        elapsed_s, previous_step = 0.0, first_step - 1
         for record in step_records:
             elapsed_s += record["time/step"] * max(record["step"] - previous_step, 1)
             previous_step = record["step"]

@@ -1,10 +1,15 @@
-"""Read verl's file-logger JSONL: one line per step, `{"step": N, "data": {"timing_s/gen": ..., ...}}`.
+"""Read the three shapes of a verl run's log, detected from the file's first line (verl/utils/tracking.py):
 
-verl writes the line after each training step (and a step-0 line holding only `val-core/...` when it validates before
-training). The step is the line's `step`, else `data["training/global_step"]`. Tolerated and reported: a truncated last
-line (the run was killed mid-write) and blank lines. Anything else that is not JSON, or a line without a step, is an
-error naming the line, since a damaged middle would silently shift the sample axis. The log has no timestamps: wall_s
-comes from `timing_s/step`.
+- file-logger JSONL (`FileLogger`, `trainer.logger` with "file"): one line per step, `{"step": N, "data": {...}}`,
+  written with orjson (numpy values serialized as numbers);
+- flat JSONL: one metrics dict per line with a top-level `step` (custom loggers and W&B/MLflow dumps of verl runs);
+- console text (`LocalLogger`, "console"): `step:N - key:value - ...` lines, usually saved with `tee` (verl_console.py).
+
+verl writes a step line after each training step, and a step-0 line holding only `val-core/...` when it validates
+before training (a resumed run validates at its resumed step). The step is the line's `step`, else
+`training/global_step`. Tolerated and reported: a truncated last line (the run was killed mid-write) and blank lines.
+Anything else that is not JSON, or a line without a step, is an error naming the line, since a damaged middle would
+silently shift the sample axis. The JSONL has no timestamps: wall_s comes from `timing_s/step`.
 """
 
 from __future__ import annotations
@@ -14,24 +19,53 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
+from batchscale.ingest.verl_console import is_verl_console, read_verl_console
 
-STEP_KEY_FIX = "each line must be {\"step\": N, \"data\": {...}} as verl's file logger writes it"
+STEP_KEY_FIX = ("each line must be {\"step\": N, \"data\": {...}} (verl's file logger) or {\"step\": N, ...} "
+                "(flat JSONL)")
+SHAPE_FIX = ("pass verl's file-logger JSONL, a flat JSONL of metrics with a 'step', or the console log "
+             "(`step:N - key:value` lines)")
 
 
-def read_verl_jsonl(path: Path) -> ParsedLog:
-    """Parse a verl file-logger JSONL into rows (see module docstring)."""
-    if path.is_dir():
-        candidates = sorted(path.glob("*.jsonl"))
-        if len(candidates) != 1:
-            raise UserError(str(path), f"expected one .jsonl file in the directory, found {len(candidates)}",
-                            "pass the verl log file itself")
-        path = candidates[0]
+def read_verl(path: Path) -> ParsedLog:
+    """Detect the shape of a verl log (see module docstring) and read it."""
+    path = pick_log_file(path)
     text = path.read_text(errors="replace")
     if not text.strip():
-        raise UserError(str(path), "the file is empty", "pass the JSONL file verl's file logger wrote")
+        raise UserError(str(path), "the file is empty", SHAPE_FIX)
+    first = next(line for line in text.splitlines() if line.strip()).strip()
+    if first.startswith("{") and is_json_object(first):
+        return read_verl_jsonl(path, text)
+    if is_verl_console(text):
+        return read_verl_console(path, text)
+    raise UserError(f"{path}: line 1", "neither JSON nor a verl console line (`step:N - key:value`)", SHAPE_FIX
+                    + "; is FORMAT right?")
+
+
+def pick_log_file(path: Path) -> Path:
+    """The log itself, or the one .jsonl / .log file in a directory."""
+    if path.is_file():
+        return path
+    candidates = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".log", ".txt"))
+    if len(candidates) != 1:
+        raise UserError(str(path), f"expected one .jsonl or .log file in the directory, found {len(candidates)}",
+                        "pass the verl log file itself")
+    return candidates[0]
+
+
+def is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def read_verl_jsonl(path: Path, text: str) -> ParsedLog:
+    """Parse a verl JSONL, file-logger (`data` wrapper) or flat, into rows (see module docstring)."""
     lines = text.splitlines()
     last_index = max(i for i, line in enumerate(lines) if line.strip())
     parsed = ParsedLog(rows=[], style="verl")
+    shapes = set()
     for index, line in enumerate(lines):
         if not line.strip():
             continue
@@ -42,17 +76,21 @@ def read_verl_jsonl(path: Path) -> ParsedLog:
             if index == last_index:
                 parsed.problems.append(f"{where} (the last) is truncated and was skipped")
                 continue
-            fix = "repair or delete the line; is FORMAT right?"
-            raise UserError(f"{path}: {where}", "not valid JSON", fix) from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("data"), dict):
-            raise UserError(f"{path}: {where}", "no 'data' object", STEP_KEY_FIX + "; is FORMAT right?")
-        data = entry["data"]
+            raise UserError(f"{path}: {where}", "not valid JSON", "repair or delete the line; is FORMAT right?") from None
+        if not isinstance(entry, dict):
+            raise UserError(f"{path}: {where}", "not a JSON object", STEP_KEY_FIX)
+        wrapped = isinstance(entry.get("data"), dict)
+        shapes.add("file logger" if wrapped else "flat")
+        data = entry["data"] if wrapped else {k: v for k, v in entry.items() if k != "step"}
         step_value = entry.get("step", data.get("training/global_step"))
         if step_value is None:
-            raise UserError(f"{path}: {where}", "missing step key ('step' or data['training/global_step'])",
-                            STEP_KEY_FIX)
-        step = parse_step(step_value, f"{path}: {where}", STEP_KEY_FIX)
-        parsed.rows.append(RawRow(step=step, metrics=data, where=where))
+            raise UserError(f"{path}: {where}", "missing step key ('step' or 'training/global_step')", STEP_KEY_FIX)
+        parsed.rows.append(RawRow(step=parse_step(step_value, f"{path}: {where}", STEP_KEY_FIX), metrics=data,
+                                  where=where))
     if not parsed.rows:
-        raise UserError(str(path), "no usable records", "pass the JSONL file verl's file logger wrote")
+        raise UserError(str(path), "no usable records", SHAPE_FIX)
+    if len(shapes) > 1:
+        raise UserError(str(path), "mixes file-logger lines ({\"step\", \"data\"}) and flat lines",
+                        "import one log at a time")
+    parsed.shape = f"{shapes.pop()} JSONL"
     return parsed

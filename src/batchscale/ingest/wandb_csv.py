@@ -1,5 +1,11 @@
-"""Read a W&B history export (CSV): one row per `wandb.log` call, columns `_step`, `_runtime`, `_timestamp` and the
-framework's own metric names.
+"""Read a W&B CSV export in either layout W&B writes:
+
+- the history export (`run.history().to_csv()`, the run page's Export): one row per `wandb.log` call, columns `_step`,
+  `_runtime`, `_timestamp` and the framework's own metric names;
+- the chart export (a panel's "Export as CSV"): `"Step","<run> - <metric>","<run> - <metric>__MIN",
+  "<run> - <metric>__MAX"`, possibly for several runs (and metrics) per file. Each run becomes its own ParsedLog (its
+  `run_name`), imported to a run directory of its own; the __MIN/__MAX columns (the panel's smoothing band over
+  sampled points) are skipped, and there are no timestamps, so wall_s comes from a logged per-step time, else is null.
 
 The key style is detected from the columns (verl's names; OpenRLHF's `train/...`/`eval/...`; TRL's as rewritten by the
 Hugging Face W&B callback, `train/reward`, `eval/reward`), so the verl / OpenRLHF / TRL mappings are reused unchanged.
@@ -13,21 +19,29 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import STEP_KEYS, ParsedLog, RawRow, detect_style, normalize_trl_keys, parse_step
 
 WANDB_COLUMNS = ("_step", "_runtime", "_timestamp", "_wandb")
-FIX = "export the run's history from W&B as CSV (Export > CSV, or run.history().to_csv())"
+FIX = ("export the run's history from W&B as CSV (run.history().to_csv()), or a chart as CSV (the panel's "
+       "Export as CSV)")
 STEP_COLUMNS_REWRITTEN_TRL = ("train/global_step",)
 
 
-def read_wandb_csv(path: Path) -> ParsedLog:
-    """Parse a W&B history CSV into rows and detect the key style."""
+CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
+
+
+def read_wandb_csv(path: Path) -> ParsedLog | list[ParsedLog]:
+    """Parse a W&B CSV (history or chart export, detected from the header) into rows and detect the key style."""
     text = path.read_text(errors="replace")
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
+    header = next(csv.reader([text.splitlines()[0]]))
+    if header and header[0] not in WANDB_COLUMNS and any(CHART_COLUMN.match(c) for c in header[1:]):
+        return read_wandb_chart(path, text, header)
     problems: list[str] = []
     lines = text.splitlines(keepends=True)
     if not text.endswith("\n") and len(lines) > 1:
@@ -66,7 +80,7 @@ def read_wandb_csv(path: Path) -> ParsedLog:
     if not rows:
         raise UserError(str(path), "no rows under the header: no usable records", FIX)
     start_time_s = 0.0 if "_runtime" in columns else None  # _runtime already counts from the run's start
-    return ParsedLog(rows=rows, style=style, start_time_s=start_time_s, problems=problems)
+    return ParsedLog(rows=rows, style=style, start_time_s=start_time_s, problems=problems, shape="W&B history export")
 
 
 def is_number(text: str) -> bool:
@@ -76,3 +90,35 @@ def is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def read_wandb_chart(path: Path, text: str, header: list[str]) -> list[ParsedLog]:
+    """One ParsedLog per run of a chart export (see module docstring); the first column is the chart's x-axis step."""
+    columns: dict[str, dict[str, str]] = {}  # run name -> {metric: column}
+    for column in header[1:]:
+        match = CHART_COLUMN.match(column)
+        if match is None:
+            raise UserError(f"{path}: header", f"column {column!r} is not '<run> - <metric>'", FIX)
+        if not match.group("band"):
+            columns.setdefault(match.group("run"), {})[match.group("metric")] = column
+    reader = list(csv.DictReader(io.StringIO(text)))
+    runs = []
+    for run_name, metrics in columns.items():
+        style, trl_rewritten = detect_style(set(metrics))
+        if not style:
+            raise UserError(f"{path}: run {run_name!r}", f"no metric matches verl, OpenRLHF or TRL names "
+                            f"({', '.join(sorted(metrics))})", "export a chart of a mapped metric (docs/IMPORT.md)")
+        rows = []
+        for index, row in enumerate(reader):
+            values = {metric: row[column] for metric, column in metrics.items() if row.get(column) not in (None, "")}
+            if not values:
+                continue  # a step another run logged
+            where = f"row {index + 2}"
+            step = parse_step(row[header[0]], f"{path}: {where}, column {header[0]!r}", FIX)
+            rows.append(RawRow(step=step, metrics=normalize_trl_keys(values) if trl_rewritten else values, where=where))
+        if not rows:
+            raise UserError(f"{path}: run {run_name!r}", "no values in any row", FIX)
+        runs.append(ParsedLog(rows=rows, style=style, shape="W&B chart export", run_name=run_name,
+                              notes=[f"run {run_name!r} of a W&B chart export: only the exported metrics "
+                                     f"({', '.join(sorted(metrics))}); x-axis column {header[0]!r} is the step"]))
+    return runs

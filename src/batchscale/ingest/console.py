@@ -1,0 +1,70 @@
+"""What every console-log reader shares: undoing what Ray, colour codes and progress bars do to printed lines, numbers
+printed as Python/numpy reprs, and Python literals (a pprinted config, a status dict) read with `ast.literal_eval`.
+
+Ray prefixes each line a worker prints with `(ActorName pid=N[, ip=A.B.C.D])` and collapses repeats into
+`... [repeated Nx across cluster]`; loggers may colour lines with ANSI escapes; tqdm bars share a line with printed text,
+separated by carriage returns. `clean_segments` yields the printed text with all of that removed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+RAY_PREFIX = re.compile(r"^\s*\((?:[\w.:<>-]+ )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\s?")
+RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+NUMPY_REPR = re.compile(r"^np\.(?:float|int|uint)\d+\((.*)\)$")  # numpy >= 2 reprs: np.float64(0.5), np.int64(3)
+MAX_LITERAL_LINES = 5000  # a pprinted verl config is a few hundred lines
+
+
+def clean_segments(line: str):
+    """The printed texts in one raw log line (split at carriage returns), without Ray prefixes and ANSI codes."""
+    for segment in ANSI.sub("", line).split("\r"):
+        text = RAY_REPEATED.sub("", RAY_PREFIX.sub("", segment)).rstrip()
+        if text.strip():
+            yield text
+
+
+def clean_lines(text: str) -> list[tuple[int, str]]:
+    """(1-based line number, cleaned text) for every printed text in a console log."""
+    return [(number, segment) for number, line in enumerate(text.split("\n"), start=1)
+            for segment in clean_segments(line)]
+
+
+def parse_printed_number(text: str) -> float | None:
+    """A number printed by Python or numpy (`0.5`, `np.float64(0.5)`, `True`); None when it is not one."""
+    text = text.strip()
+    wrapped = NUMPY_REPR.match(text)
+    if wrapped:
+        text = wrapped.group(1)
+    if text in ("True", "np.True_"):
+        return 1.0
+    if text in ("False", "np.False_"):
+        return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_literal(lines: list[tuple[int, str]], start: int, opener: str = "{"):
+    """(value, index after it) of the Python literal starting at `lines[start]` (its text from the first `opener`),
+    possibly spanning lines as pprint prints it; None when no literal closes within MAX_LITERAL_LINES."""
+    first = lines[start][1]
+    parts = [first[first.index(opener):]]
+    for index in range(start, min(len(lines), start + MAX_LITERAL_LINES)):
+        if index > start:
+            parts.append(lines[index][1])
+        if not parts[-1].rstrip().endswith(("}", ")", "]")):
+            continue
+        try:
+            return ast.literal_eval(unwrap_numpy_reprs("\n".join(parts))), index + 1
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return None
+
+
+def unwrap_numpy_reprs(text: str) -> str:
+    """`np.float64(0.5)` -> `0.5` inside a literal, so `ast.literal_eval` (never `eval`) can read it."""
+    return re.sub(r"np\.(?:float|int|uint)\d+\(([^()]*)\)", r"\1", text)

@@ -1,0 +1,93 @@
+"""Read verl's console log: what `trainer.logger` "console" prints (verl/utils/logger/aggregate_logger.py,
+`LocalLogger` / `concat_dict_to_str`), usually saved with `python3 -m verl.trainer.main_ppo ... | tee verl_demo.log`.
+
+    (TaskRunner pid=1234) step:101 - actor/pg_loss:-0.012 - actor/lr:0.000 - timing_s/gen:5.123 - ...
+
+One line per step: `step:N` then `key:value` pairs joined by " - ", numbers only. How values are printed depends on
+the verl version: up to v0.4.1 `f"{v:.3f}"` (3 decimals: an lr of 1e-6 prints as `0.000`); from v0.5.0
+`pprint.pformat(v)` (full precision; numpy scalars print as `np.float64(...)` under numpy 2). A value printed as
+`0.000` / `-0.000` is therefore unknown, never zero, and is dropped (counted in the import problems); the logged lr of
+a 3-decimal log is never used for run.json (the config's lr is, else lr is null with a warning).
+
+Validation metrics (`val-core/...`, older `val/test_score/...`) ride in the step line of the step they follow, and in a
+`step:0` line before training (`trainer.val_before_train`); they become eval records as in the JSONL.
+
+The config: `main_ppo.py` pprints `OmegaConf.to_container(config, resolve=True)` at start-up, a multi-line Python dict
+(each line behind its Ray prefix). It is read with `ast.literal_eval` and flattened to dotted keys
+(`data.train_batch_size`, `actor_rollout_ref.rollout.n`, ...), so P, G, lr and the updates per step come from the log.
+Every other printed line (Ray, vLLM, tqdm, warnings) is ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.ingest.common import ParsedLog, RawRow
+from batchscale.ingest.console import clean_lines, clean_segments, parse_printed_number, read_literal
+from batchscale.ingest.frameworkconfig import flatten_mapping
+
+STEP_LINE = re.compile(r"^step:(\d+)(?: - (.*))?$")
+ROUNDED = re.compile(r"^-?\d+\.\d{3}$")  # a value as verl <= 0.4.1 prints it
+UNKNOWN_ZERO = ("0.000", "-0.000")
+CONFIG_SECTIONS = ("data", "actor_rollout_ref", "trainer", "algorithm")
+CONSOLE_PROBE_LINES = 20000
+
+
+def is_verl_console(text: str) -> bool:
+    """True when some printed line of `text` is a verl console step line."""
+    for line in text.split("\n")[:CONSOLE_PROBE_LINES]:
+        if any(STEP_LINE.match(segment.strip()) for segment in clean_segments(line)):
+            return True
+    return False
+
+
+def read_verl_console(path: Path, text: str) -> ParsedLog:
+    """Parse a verl console log into rows, plus the config it printed (see module docstring)."""
+    lines = clean_lines(text)
+    parsed = ParsedLog(rows=[], style="verl", shape="console text")
+    unknown, unreadable, rounded, values = [], [], 0, 0
+    index = 0
+    while index < len(lines):
+        number, line = lines[index]
+        stripped = line.strip()
+        if not parsed.config and stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
+            literal = read_literal(lines, index)
+            if literal is not None and isinstance(literal[0], dict):
+                parsed.config = flatten_mapping(literal[0])
+                parsed.config_path = f"{path} (config printed at start-up, line {number})"
+                index = literal[1]
+                continue
+        match = STEP_LINE.match(stripped)
+        index += 1
+        if not match:
+            continue
+        metrics = {}
+        for pair in (match.group(2) or "").split(" - "):
+            key, _, printed = pair.rpartition(":")
+            if not key:
+                continue
+            values += 1
+            rounded += bool(ROUNDED.match(printed.strip()))
+            if printed.strip() in UNKNOWN_ZERO:
+                unknown.append(f"line {number} {key}")
+                continue
+            value = parse_printed_number(printed)
+            if value is None:
+                unreadable.append(f"line {number} {key}")
+                continue
+            metrics[key] = value
+        parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
+    if not parsed.rows:
+        raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
+    if values and rounded == values:
+        parsed.logged_lr_exact = False
+        parsed.notes.append("values are printed with 3 decimals (verl <= 0.4.1 console): precision 0.001")
+    if unknown:
+        parsed.logged_lr_exact = False
+        parsed.problems.append(f"{len(unknown)} value(s) printed as 0.000 treated as unknown, not zero, e.g. "
+                               f"{unknown[0]}")
+    if unreadable:
+        parsed.problems.append(f"{len(unreadable)} value(s) that are not numbers skipped, e.g. {unreadable[0]}")
+    return parsed
