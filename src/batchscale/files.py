@@ -10,6 +10,8 @@ hands in ends in a traceback.
 - `staged_directory`: build a directory beside its destination and swap it in whole. An earlier directory at the
   destination is replaced only once the new one is complete, and it is put back if anything fails.
 - `removing_new_entries`: a block whose failure removes every file it added to a directory.
+- `exclusive_lock`, `build_once`: a cached build (the tiny model, a converted checkpoint) made once by one process
+  while concurrent first uses wait, and renamed into place only when complete.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from batchscale.errors import UserError
 
@@ -153,3 +155,34 @@ def removing_new_entries(directory: Path) -> Iterator[None]:
         if isinstance(e, OSError) and e.errno is not None:
             raise write_error(Path(e.filename) if e.filename else directory, e) from None
         raise
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created if missing) for the block; a second process waits. The kernel
+    releases it when the holder dies, however it dies, so a crashed holder never blocks the next one."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str], None], what: str) -> Path:
+    """`target`, built on first use by `build(staging_dir)` and renamed into place complete. Concurrent first uses
+    (several sweep workers) build it once: the others wait on a lock beside it, then find it built."""
+    target = Path(target)
+    if (target / "config.json").is_file():
+        return target
+    with exclusive_lock(target.parent / f".{target.name}.lock"):
+        if (target / "config.json").is_file():  # another process built it while this one waited
+            return target
+        log(f"{what} (once, cached in {target})")
+        with staged_directory(target, "building") as staging:
+            build(staging)
+    return target

@@ -13,9 +13,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,30 +56,25 @@ def smollm2_gguf_dir() -> Path:
 
 def smollm2_dir(log=print) -> Path:
     """De-quantize the shipped GGUF once into a cached safetensors checkpoint."""
+    from batchscale.files import build_once
     from batchscale.policy.tiny import cache_root
 
-    target = cache_root() / "models" / "smollm2-135m-instruct"
-    if (target / "config.json").is_file():
-        return target
-    source = smollm2_gguf_dir()
-    log(f"converting {SMOLLM2_GGUF} to a float checkpoint (once, cached in {target})")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    def convert(staging: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-    # The tensors are already de-quantized to float32; only the "gguf quantizer" marker blocks save_pretrained.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    try:
-        os.replace(staging, target)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        source = smollm2_gguf_dir()
+        model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        # The tensors are already de-quantized to float32; only the "gguf quantizer" marker blocks save_pretrained.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF).save_pretrained(staging)
+
+    target = cache_root() / "models" / "smollm2-135m-instruct"
+    if not (target / "config.json").is_file():
+        smollm2_gguf_dir()  # a missing package is a UserError before the lock is taken
+    return build_once(target, convert, log, f"converting {SMOLLM2_GGUF} to a float checkpoint")
 
 
 def load_policy(model_cfg, task_cfg, log=print) -> Policy:

@@ -28,6 +28,18 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def carry_dropped(a: int, op: str, b: int) -> int | None:
+    """The answer of a teacher who adds digit by digit and drops every carry (57+68 -> 15), the classic slip; None
+    for operations other than '+'."""
+    if op != "+":
+        return None
+    total, place = 0, 1
+    while a or b:
+        total += (a % 10 + b % 10) % 10 * place
+        a, b, place = a // 10, b // 10, place * 10
+    return total
+
+
 class ArithmeticTask(Task):
     name = "arithmetic"
 
@@ -53,8 +65,8 @@ class ArithmeticTask(Task):
     def make_example(self, a: int, op: str, b: int) -> Example:
         return Example(self.template.format(a=a, op=op, b=b), str(OPS[op](a, b)))
 
-    def _draw(self, rng: np.random.Generator, count: int, want_eval: bool) -> list[Example]:
-        out: list[Example] = []
+    def _draw_problems(self, rng: np.random.Generator, count: int, want_eval: bool) -> list[tuple[int, str, int]]:
+        out: list[tuple[int, str, int]] = []
         while len(out) < count:
             n = 2 * (count - len(out)) * (EVAL_SHARE if want_eval else 1) + 16
             a = rng.integers(0, self.limit, n)
@@ -63,10 +75,13 @@ class ArithmeticTask(Task):
             for ai, bi, oi in zip(a.tolist(), b.tolist(), ops.tolist()):
                 op = self.operations[oi]
                 if self.is_eval(ai, op, bi) == want_eval:
-                    out.append(self.make_example(ai, op, bi))
+                    out.append((ai, op, bi))
                     if len(out) == count:
                         break
         return out
+
+    def _draw(self, rng: np.random.Generator, count: int, want_eval: bool) -> list[Example]:
+        return [self.make_example(*problem) for problem in self._draw_problems(rng, count, want_eval)]
 
     def _build_eval(self) -> list[Example]:
         """`eval_size` distinct held-out problems, in a seeded order."""
@@ -79,6 +94,10 @@ class ArithmeticTask(Task):
 
     def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
         return self._draw(rng, count, want_eval=False)
+
+    def sample_train_problems(self, rng: np.random.Generator, count: int) -> list[tuple[int, str, int]]:
+        """Train-split problems as (a, op, b), for a teacher that answers them its own way (the warm start)."""
+        return self._draw_problems(rng, count, want_eval=False)
 
     def eval_examples(self) -> list[Example]:
         return self._eval
