@@ -17,7 +17,7 @@ def scripted_warm_start(monkeypatch, accuracies: list[float], **recipe) -> dict:
     """Run warm_start on the real tiny model with the accuracy check replaced by a script; return the outcome (or
     raise)."""
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from batchscale.policy.tokenizer import build_char_tokenizer
     from batchscale.tasks.arithmetic import ArithmeticTask
@@ -26,7 +26,9 @@ def scripted_warm_start(monkeypatch, accuracies: list[float], **recipe) -> dict:
     monkeypatch.setattr(tiny, "greedy_accuracy", lambda *args: next(script))
     tokenizer = build_char_tokenizer()
     torch.manual_seed(0)
-    model = LlamaForCausalLM(tiny.tiny_config(len(tokenizer)))
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, intermediate_size=64, pad_token_id=0, bos_token_id=1,
+                                         eos_token_id=2))  # the script decides; the model only has to train
     recipe = {**tiny.WARM_START, "batch": 4, "check_every": 3, "learned_accuracy": 0.6, "accuracy_band": (0.25, 0.35),
               **recipe}
     return tiny.warm_start(model, tokenizer, ArithmeticTask(eval_size=8), recipe)
@@ -95,7 +97,7 @@ def _build_counting(target: str, counter: str, barrier) -> None:
 
 def test_concurrent_first_uses_build_once(tmp_path):
     target, counter = tmp_path / "models" / "m", tmp_path / "count.txt"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")  # the child only touches files
     barrier = ctx.Barrier(3)
     procs = [ctx.Process(target=_build_counting, args=(str(target), str(counter), barrier)) for _ in range(3)]
     for p in procs:
