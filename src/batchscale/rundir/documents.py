@@ -2,6 +2,7 @@
 
     analysis.json                `AnalysisDocument`   batchscale analyze: the learning side (N*, rN, alignment, B_simple)
     plan.json / plan --json      `PlanDocument`       batchscale plan: the decision table, the winner, the regime
+    plan --predict --json        `PredictionDocument` batchscale plan --predict: rN and q predicted from one run
     profiles/generation.json     `GenerationProfile`  batchscale profile generation --json: tokens/s vs concurrency, knee
     profiles/training.json       `TrainingProfile`    batchscale profile training --json: seconds per update vs batch
 
@@ -131,6 +132,51 @@ class PlanDocument(Document):
     generation_profile: str | None = None
     memory: dict | None = None
     rows: list[PlanRowDocument]
+
+
+# --- plan --predict --json -----------------------------------------------------------------------------------------
+
+class NoiseScaleValue(Strict):
+    """B_noise in samples: the median of the logged EMA over the run's second half, and the 10th-90th percentiles."""
+
+    value: float
+    low: float
+    high: float
+
+
+class PredictionReference(Strict):
+    label: str
+    samples_per_step: int
+    throughput_samples_per_s: float
+    step_s: float  # median time/step after the first
+
+
+class PredictedBest(Strict):
+    samples_per_step: int | None  # None when no candidate is feasible
+    low: int | None  # the best batch over B_noise's interval
+    high: int | None
+
+
+class PredictedRow(Strict):
+    samples_per_step: int
+    r_n_predicted: float
+    throughput_gain: float
+    time_to_target_normalized: float
+    throughput_samples_per_s: float
+    feasible: bool
+
+
+class PredictionDocument(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale plan --predict RUN_DIR --json`"
+
+    run: str
+    label: str
+    b_noise: NoiseScaleValue
+    b_noise_steps: int  # step records the median was read from
+    reference: PredictionReference
+    best: PredictedBest
+    throughput_method: str
+    rows: list[PredictedRow] = Field(min_length=1)
 
 
 # --- profiles -------------------------------------------------------------------------------------------------------
