@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchscale.analysis import alignment, bootstrap, curves, gradnoise, targets
+from batchscale.analysis import alignment, bootstrap, curves, gradnoise, prediction, targets
 from batchscale.analysis.runs import Run, load_runs
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
@@ -165,6 +165,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
             "step_curve": curves.summarize_seed_curves(step_curves[label]),
         }
     grad = measure_grad_noise(by_label, family, configs, details)
+    predicted = prediction.predict_label_penalties(by_label, reference, configs)  # rN from the reference's B_noise
     result = AnalysisDocument(
         reference=reference,
         target=target,
@@ -172,6 +173,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int, seed: in
         configs=configs,
         grad_norm_slope=grad["actor"]["slope"] if grad.get("actor") else None,
         b_simple=grad["actor"]["b_simple"] if grad.get("actor") else None,
+        prediction=predicted,
     ).to_json()  # the schema checks every key here, at the producer
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])

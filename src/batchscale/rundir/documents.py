@@ -70,6 +70,26 @@ class LabelAnalysis(Strict):
     update_ratio: float | None
     grad_norm_actor: float | None
     aligned: bool | None
+    r_n_predicted: float | None = None  # from the reference run's own B_noise (analysis.prediction)
+
+
+class NoiseScaleValue(Strict):
+    """B_noise in samples: the median of the logged EMA over a run's second half, and the 10th-90th percentiles."""
+
+    value: float
+    low: float
+    high: float
+
+
+class NoiseScalePrediction(Strict):
+    """rN predicted from the reference's logged gradient noise scale, and what that prediction cost."""
+
+    label: str  # whose runs B_noise was read from: the reference
+    b_noise: NoiseScaleValue
+    b_noise_steps: int
+    prediction_compute_s: float  # one run of the reference: its summed time/step
+    sweep_compute_s: float  # every run of the sweep
+    compute_fraction: float | None
 
 
 class AnalysisDocument(Document):
@@ -81,6 +101,7 @@ class AnalysisDocument(Document):
     configs: dict[str, LabelAnalysis] = Field(min_length=1)
     grad_norm_slope: float | None
     b_simple: float | None  # the critical training batch, samples per step
+    prediction: NoiseScalePrediction | None = None  # None: the reference's runs log no gns/b_noise
 
 
 # --- plan.json ------------------------------------------------------------------------------------------------------
@@ -135,14 +156,6 @@ class PlanDocument(Document):
 
 
 # --- plan --predict --json -----------------------------------------------------------------------------------------
-
-class NoiseScaleValue(Strict):
-    """B_noise in samples: the median of the logged EMA over the run's second half, and the 10th-90th percentiles."""
-
-    value: float
-    low: float
-    high: float
-
 
 class PredictionReference(Strict):
     label: str
