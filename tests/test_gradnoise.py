@@ -127,10 +127,20 @@ def test_ema_ratio_and_its_gaps():
     ema = NoiseScaleEMA()
     assert ema.observe({}) == {}
     assert ema.observe({"gns/grad_sq": 2.0, "gns/trace_sigma": 10.0}) == {"gns/b_noise": pytest.approx(5.0)}
-    assert ema.observe({"gns/grad_sq": -50.0, "gns/trace_sigma": 10.0}) == {"gns/b_noise": None}
+    assert ema.observe({"gns/grad_sq": -50.0, "gns/trace_sigma": 10.0}) == {"gns/b_noise": None}  # unresolved
+    assert NoiseScaleEMA().observe({"gns/grad_sq": 1.0, "gns/trace_sigma": -1.0}) == {"gns/b_noise": 0.0}
     critic = NoiseScaleEMA("critic")
     assert critic.observe({"gns/critic/grad_sq": 1.0, "gns/critic/trace_sigma": 3.0}) == {
         "gns/critic/b_noise": pytest.approx(3.0)}
+
+
+def test_unresolved_steps_count_as_infinite_in_the_summary():
+    records = [{"gns/b_noise": 100.0}] * 4 + [{"gns/b_noise": v} for v in (50.0, None, 200.0, None, None)]
+    b_noise = summarize_noise_scale(records)  # the second half: 50, None, 200, None, None
+    assert b_noise.value == float("inf") and b_noise.high == float("inf") and b_noise.unresolved_steps == 3
+    assert b_noise.to_json()["value"] is None
+    assert summarize_noise_scale([{"step": 1}]) is None  # never logged
+    assert predict_samples_penalty(4096, 128, float("inf")) == 1.0
 
 
 def test_predicted_penalty_formula():

@@ -77,10 +77,12 @@ def test_b_noise_is_the_median_of_the_second_half_with_its_spread(tmp_path, caps
     assert code == 0
     doc = json.loads(out)
     steps = read_run(run_dir).steps
-    logged = [r["gns/b_noise"] for r in steps[len(steps) // 2:]]
-    assert doc["b_noise"]["value"] == pytest.approx(float(np.median(logged)))
-    assert doc["b_noise"]["low"] == pytest.approx(float(np.percentile(logged, 10)))
-    assert doc["b_noise"]["high"] == pytest.approx(float(np.percentile(logged, 90)))
+    inverse = [1 / r["gns/b_noise"] for r in steps[len(steps) // 2:]]  # percentiles of 1/B_noise, turned back
+    assert doc["b_noise"]["value"] == pytest.approx(1 / float(np.median(inverse)))
+    assert doc["b_noise"]["low"] == pytest.approx(1 / float(np.percentile(inverse, 90)))
+    assert doc["b_noise"]["high"] == pytest.approx(1 / float(np.percentile(inverse, 10)))
+    logged = sorted(1 / x for x in inverse)
+    assert logged[len(logged) // 2 - 1] <= doc["b_noise"]["value"] <= logged[len(logged) // 2]  # a median
     assert doc["b_noise_steps"] == len(logged)
     assert doc["best"]["low"] <= doc["best"]["samples_per_step"] <= doc["best"]["high"]
     # the text table says the same
@@ -98,6 +100,25 @@ def test_roofline_marks_candidates_whose_kv_cache_does_not_fit(run_dir, capsys):
     assert doc["best"]["samples_per_step"] != 4096
     gains = {r["samples_per_step"]: r["throughput_gain"] for r in doc["rows"]}
     assert gains[64] < 1 < gains[4096]  # decode amortizes its weights over more sequences
+
+
+def test_unresolved_noise_scale_predicts_no_penalty(run_dir, capsys):
+    """Steps that logged gns/b_noise null (no true gradient above the noise) count as infinite: with most of the
+    second half so, B_noise is null in JSON and every batch's predicted rN is 1."""
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for r in records:
+        if r["kind"] == "step" and r["step"] % 4:
+            r["gns/b_noise"] = None
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["b_noise"] == {"value": None, "low": B_NOISE, "high": None}
+    assert doc["b_noise_unresolved_steps"] == 48 and doc["b_noise_steps"] == 64
+    assert all(r["r_n_predicted"] == 1.0 for r in doc["rows"])
+    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    assert code == 0 and "unresolved" in out
 
 
 def strip_noise_scale(run_dir):

@@ -30,6 +30,7 @@ def predict_label_penalties(by_label: dict[str, list[Run]], reference: str, conf
     sweep_s = sum(_compute_s(run) for runs in by_label.values() for run in runs)
     prediction_s = _compute_s(min(by_label[reference], key=lambda run: run.seed))
     return {"label": reference, "b_noise": b_noise.to_json(), "b_noise_steps": b_noise.steps,
+            "b_noise_unresolved_steps": b_noise.unresolved_steps,
             "prediction_compute_s": prediction_s, "sweep_compute_s": sweep_s,
             "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None}
 
@@ -51,8 +52,8 @@ def prediction_lines(analysis: dict) -> list[str]:
     b_noise = prediction["b_noise"]
     lines = ["## Predicted from one run", "",
              f"B_noise of `{prediction['label']}` (median of the logged EMA over its runs' second halves): "
-             f"{b_noise['value']:,.0f} samples ({b_noise['low']:,.0f} to {b_noise['high']:,.0f}, 10th-90th "
-             "percentile); rN_predicted = (1 + B/B_noise) / (1 + B_ref/B_noise), B in samples per update.", "",
+             f"{describe_noise_scale(b_noise)}; rN_predicted = (1 + B/B_noise) / (1 + B_ref/B_noise), B in samples "
+             "per update.", "",
              "| label | B | rN measured | rN predicted |", "|---|---|---|---|"]
     for label in _by_batch(analysis):
         config = analysis["configs"][label]
@@ -73,7 +74,7 @@ def closing_note(analysis: dict, plan: dict) -> str | None:
     fraction = prediction.get("compute_fraction")
     cost = (f"{fraction:.1%} of the sweep's compute (summed time/step)" if fraction is not None
             else "an untimed share of the sweep")
-    return (f"Predicted from one run (B_noise {prediction['b_noise']['value']:,.0f} samples, from "
+    return (f"Predicted from one run (B_noise {format_samples(prediction['b_noise']['value'])}, from "
             f"{prediction['label']}): rN predicted vs measured: {pairs}. Predicted best: {best['predicted'] or 'none'} "
             f"(rN predicted over the measured throughput gain); measured best: {best['measured'] or 'none'}. "
             f"The prediction needed one run of the reference, {cost}.")
@@ -86,7 +87,18 @@ def plot_predicted_penalty(ax, analysis: dict) -> None:
     if points:
         b_noise = analysis["prediction"]["b_noise"]["value"]
         ax.plot([b for b, _ in points], [r for _, r in points], "s--", color="0.4", mfc="none",
-                label=f"predicted from B_noise {b_noise:,.0f}")
+                label=f"predicted from B_noise {format_samples(b_noise)}")
+
+
+def format_samples(b_noise: float | None) -> str:
+    """A B_noise for text: null (infinite) says the run did not resolve it."""
+    return "unresolved (infinite: pure noise at the run's batch)" if b_noise is None else f"{b_noise:,.0f} samples"
+
+
+def describe_noise_scale(b_noise: dict) -> str:
+    """{value, low, high} as text, with the interval's meaning."""
+    return (f"{format_samples(b_noise['value'])} (10th-90th percentile over steps: {format_samples(b_noise['low'])} "
+            f"to {format_samples(b_noise['high'])})")
 
 
 def _compute_s(run: Run) -> float:

@@ -2,7 +2,8 @@
 
 Learning side (McCandlish et al. 2018): the run logs the gradient noise scale online (`gns/b_noise`, samples; see
 `telemetry.gradnoise`); its B_noise is the median of that EMA over the second half of the run, with the 10th-90th
-percentiles over those steps as the interval. Samples to target relative to the run's own batch B_ref:
+percentiles over those steps as the interval (infinite, null in JSON, where the gradient was pure noise: then rN = 1,
+the formula's limit). Samples to target relative to the run's own batch B_ref:
 
     rN(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise)
 
@@ -65,7 +66,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
     run = read_run(Path(run_dir))
     b_noise = summarize_noise_scale(run.steps)
     if b_noise is None:
-        raise UserError(f"--predict {run_dir}", "logs no positive gns/b_noise (the online gradient noise scale)",
+        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)",
                         "train the run with this batchscale (every run logs it when an update holds two prompt "
                         "groups), or plan from a sweep")
     measured = measure_run_throughput(run)
@@ -119,6 +120,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         "label": run.label,
         "b_noise": b_noise.to_json(),
         "b_noise_steps": b_noise.steps,
+        "b_noise_unresolved_steps": b_noise.unresolved_steps,
         "reference": {"label": run.label, "samples_per_step": reference,
                       "throughput_samples_per_s": q_ref, "step_s": measured.step_s},
         "best": {"samples_per_step": best, "low": min(known) if known else None,

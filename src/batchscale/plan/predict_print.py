@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from batchscale.analysis.prediction import describe_noise_scale
 from batchscale.rundir import PredictionDocument
 
 
@@ -23,8 +24,10 @@ def print_prediction(document: PredictionDocument) -> None:
                       f"{r.r_n_predicted:.2f}", f"{r.throughput_samples_per_s:,.2f}", f"{r.throughput_gain:.2f}x",
                       f"{r.time_to_target_normalized:.2f}", "yes" if r.feasible else "no", style=style)
     console.print(table)
-    console.print(f"[bold]B_noise:[/bold] {b_noise.value:,.0f} samples ({b_noise.low:,.0f} to {b_noise.high:,.0f}, "
-                  f"10th-90th percentile over {document.b_noise_steps} steps of the run's second half)", highlight=False)
+    unresolved = (f", {document.b_noise_unresolved_steps} of them unresolved" if document.b_noise_unresolved_steps
+                  else "")
+    console.print(f"[bold]B_noise:[/bold] {describe_noise_scale(b_noise.model_dump())}, from "
+                  f"{document.b_noise_steps} steps of the run's second half{unresolved}", highlight=False)
     if best.samples_per_step is None:
         console.print("[bold]Best:[/bold] none: no candidate batch is feasible.", highlight=False)
     else:

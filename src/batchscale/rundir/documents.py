@@ -74,11 +74,12 @@ class LabelAnalysis(Strict):
 
 
 class NoiseScaleValue(Strict):
-    """B_noise in samples: the median of the logged EMA over a run's second half, and the 10th-90th percentiles."""
+    """B_noise in samples: the median of the logged EMA over a run's second half, and the 10th-90th percentiles;
+    null where it is infinite (the gradient pure noise at the run's batch: beyond what the run resolves)."""
 
-    value: float
-    low: float
-    high: float
+    value: float | None
+    low: float | None
+    high: float | None
 
 
 class NoiseScalePrediction(Strict):
@@ -87,6 +88,7 @@ class NoiseScalePrediction(Strict):
     label: str  # whose runs B_noise was read from: the reference
     b_noise: NoiseScaleValue
     b_noise_steps: int
+    b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
     compute_fraction: float | None
@@ -186,6 +188,7 @@ class PredictionDocument(Document):
     label: str
     b_noise: NoiseScaleValue
     b_noise_steps: int  # step records the median was read from
+    b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     reference: PredictionReference
     best: PredictedBest
     throughput_method: str

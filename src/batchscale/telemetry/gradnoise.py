@@ -25,6 +25,8 @@ Prediction (McCandlish eq. 2.11): samples to reach a target E(B) = E_min (1 + B 
 batch rN(B) = (1 + B / B_noise) / (1 + B_ref / B_noise). `summarize_noise_scale` reads B_noise from a run log: the
 median of the logged EMA over the second half of the run's steps (the first half carries the start-up, when the EMA
 has seen few steps and the gradient is still large), with the 10th and 90th percentiles over those steps as its spread.
+A step whose EMA of |G|^2 is not positive logs B_noise as null: the gradient is pure noise at that batch, B_noise lies
+beyond what the run resolves, and it counts as infinite (rN = 1 for every batch, the formula's limit).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from batchscale.rundir.run import GNS_STEP_KEYS
 
 EMA_DECAY = 0.9  # about the last ten steps
 SPREAD_PERCENTILES = (10.0, 90.0)
+MIN_B_NOISE = 1e-9  # a step with no noise resolved (tr(Sigma) EMA <= 0) logs 0: read as this
 
 
 def estimate_noise_terms(chunk_grad_sq: list[float], chunk_samples: list[int], batch_grad_sq: float,
@@ -64,27 +67,33 @@ class NoiseScaleEMA:
         self.trace_sigma = 0.0
 
     def observe(self, stats: dict) -> dict:
-        """{gns/b_noise: ...} for a step whose statistics hold this network's estimates (else {}); None while an
-        EMA is not positive: no true gradient (or no noise) resolved yet, B_noise beyond what the run measures."""
+        """{gns/b_noise: ...} for a step whose statistics hold this network's estimates (else {}); None while the
+        EMA of |G|^2 is not positive (no true gradient resolved above the noise: B_noise beyond what the run
+        measures), 0 while that of tr(Sigma) is not (no noise resolved)."""
         if self.keys["grad_sq"] not in stats:
             return {}
         self.grad_sq = self.decay * self.grad_sq + (1 - self.decay) * stats[self.keys["grad_sq"]]
         self.trace_sigma = self.decay * self.trace_sigma + (1 - self.decay) * stats[self.keys["trace_sigma"]]
-        positive = self.grad_sq > 0 and self.trace_sigma > 0
-        return {self.keys["b_noise"]: self.trace_sigma / self.grad_sq if positive else None}
+        if self.grad_sq <= 0:
+            return {self.keys["b_noise"]: None}
+        return {self.keys["b_noise"]: max(self.trace_sigma, 0.0) / self.grad_sq}
 
 
 @dataclass(frozen=True)
 class NoiseScale:
-    """B_noise in samples with its spread over steps, and how many steps it was read from."""
+    """B_noise in samples with its spread over steps (math.inf: beyond what the run resolves), and how many steps it
+    was read from, of which how many logged it unresolved."""
 
     value: float
     low: float
     high: float
     steps: int
+    unresolved_steps: int = 0
 
     def to_json(self) -> dict:
-        return {"value": self.value, "low": self.low, "high": self.high}
+        """{value, low, high}; null for infinity (JSON has none): the gradient was pure noise at the run's batch."""
+        return {key: None if math.isinf(v) else v for key, v in
+                (("value", self.value), ("low", self.low), ("high", self.high))}
 
 
 def summarize_noise_scale(steps: list[dict], network: str = "actor") -> NoiseScale | None:
@@ -94,13 +103,17 @@ def summarize_noise_scale(steps: list[dict], network: str = "actor") -> NoiseSca
 
 def pool_noise_scales(step_lists: list[list[dict]], network: str = "actor") -> NoiseScale | None:
     """B_noise over one or several runs of one configuration (seeds): the second half of each run's logged EMA,
-    pooled; None when none of them logged one."""
+    pooled; None when none of them logged it. A step that logged it as null (the EMA of |G|^2 not positive: no
+    true gradient resolved above the noise) counts as B_noise = infinity. The median and percentiles are taken of
+    1/B_noise, which stays finite (0 for those steps), and turned back."""
     key = GNS_STEP_KEYS[network]["b_noise"]
-    values = [float(r[key]) for steps in step_lists for r in steps[len(steps) // 2:] if _is_positive(r.get(key))]
-    if not values:
+    logged = [r[key] for steps in step_lists for r in steps[len(steps) // 2:] if key in r]
+    if not logged:
         return None
-    low, high = np.percentile(values, SPREAD_PERCENTILES)
-    return NoiseScale(float(np.median(values)), float(low), float(high), len(values))
+    inverse = np.array([1.0 / max(float(v), MIN_B_NOISE) if _is_number(v) else 0.0 for v in logged])
+    upper, middle, lower = np.percentile(inverse, [SPREAD_PERCENTILES[1], 50.0, SPREAD_PERCENTILES[0]])
+    return NoiseScale(_invert(middle), _invert(upper), _invert(lower), len(logged),
+                      sum(1 for v in logged if not _is_number(v)))
 
 
 def predict_samples_penalty(samples_per_step: float, reference_samples_per_step: float, b_noise: float) -> float:
@@ -108,5 +121,9 @@ def predict_samples_penalty(samples_per_step: float, reference_samples_per_step:
     return (1.0 + samples_per_step / b_noise) / (1.0 + reference_samples_per_step / b_noise)
 
 
-def _is_positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _invert(inverse: float) -> float:
+    return 1.0 / inverse if inverse > 0 else math.inf
