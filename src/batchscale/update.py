@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
-from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_gradient_chunks, token_logprobs
+from batchscale.batching import SequenceBatch, forward_in_micro_batches, token_logprobs
 from batchscale.optimization import clip_and_step, iter_updates, loss_normalizer, mean_stats
 from batchscale.precision import autocast
 from batchscale.telemetry.chunk_norms import ChunkNorms, iter_chunked_micro_batches
