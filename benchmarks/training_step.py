@@ -32,7 +32,7 @@ import torch
 
 from batchscale import batching, update
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import collate, iter_micro_batches
+from batchscale.batching import collate, iter_gradient_chunks
 from batchscale.config import ModelConfig, OptimConfig, TaskConfig
 from batchscale.optimization import build_optimizer, clip_and_step
 from batchscale.policy.load import load_policy
@@ -96,7 +96,8 @@ def timed_update(model, optimizer, batch, advantages, micro_batch_size, compute_
 
 
 def computed_positions(batch, micro_batch_size: int, sort: bool) -> int:
-    return sum(batch.select(rows)[0].input_ids.numel() for rows in iter_micro_batches(batch, micro_batch_size, sort))
+    return sum(batch.select(rows)[0].input_ids.numel()
+               for chunk in iter_gradient_chunks(batch, micro_batch_size, 1, sort) for rows in chunk)
 
 
 def main() -> None:

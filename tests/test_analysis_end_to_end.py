@@ -15,7 +15,7 @@ from batchscale.cli import main
 CONFIG_KEYS = {
     "prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step", "lr",
     "lr_rule", "seeds", "samples_to_target", "r_n",
-    "updates_to_target", "update_ratio", "grad_norm_actor", "aligned", "time_to_target_realized", "learns",
+    "updates_to_target", "update_ratio", "grad_norm_actor", "aligned", "time_to_target_realized", "learns", "r_n_predicted",
 }
 NOISE_SCALE = 1024.0  # the synthetic B_simple and the batch where the sample penalty (1 + B/noise_scale) bites
 
@@ -43,7 +43,8 @@ def analysed(sweep, tmp_path_factory):
 def test_schema_is_exactly_the_issues(analysed):
     result, out_dir = analysed
     assert set(result) == {"schema_version", "reference", "target", "target_rule", "configs", "grad_norm_slope",
-                           "b_simple", "smooth_window", "learning_signal", "why_no_signal"}
+                           "b_simple", "smooth_window", "learning_signal", "why_no_signal",
+                           "prediction"}
     assert result["learning_signal"] is True and result["why_no_signal"] is None and result["smooth_window"] == 1
     for config in result["configs"].values():
         assert set(config) == CONFIG_KEYS
@@ -159,3 +160,38 @@ def test_failure_while_rendering_leaves_no_output(sweep, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         analyze(sweep, out=out_dir)
     assert list(out_dir.iterdir()) == []  # no analysis.json, no PNG, no temporary file
+
+
+def test_rn_predicted_from_the_reference_runs_noise_scale(analysed):
+    """Issue 16: the reference's logged B_noise (synthetic: noise_scale times 5% lognormal noise) predicts every
+    label's rN by the formula; the synthetic truth follows the same law, so the sqrt-LR family's measured rN agrees."""
+    result, out_dir = analysed
+    prediction, configs = result["prediction"], result["configs"]
+    assert prediction["label"] == result["reference"]
+    b_noise = prediction["b_noise"]["value"]
+    assert b_noise == pytest.approx(NOISE_SCALE, rel=0.02)
+    assert prediction["b_noise"]["low"] < b_noise < prediction["b_noise"]["high"]
+    for label, config in configs.items():
+        assert config["r_n_predicted"] == (1 + config["samples_per_update"] / b_noise) / (1 + 64 / b_noise), label
+        if config["lr_rule"] == "sqrt":  # the mistuned fixed-LR control is what B_noise cannot foresee
+            assert config["r_n"] == pytest.approx(config["r_n_predicted"], rel=0.2), label
+    assert configs["p16_g8_fixed"]["r_n"] > 1.3 * configs["p16_g8_fixed"]["r_n_predicted"]
+    # one run of the reference out of 6 labels x 3 seeds, each step timed 1 s in the synthetic runs
+    steps = {label: 16384 // config["samples_per_step"] for label, config in configs.items()}
+    assert prediction["prediction_compute_s"] == steps["p8_g8_sqrt"]
+    assert prediction["compute_fraction"] == pytest.approx(steps["p8_g8_sqrt"] / (3 * sum(steps.values())))
+    assert "## Predicted from one run" in (out_dir / "report.md").read_text()
+
+
+def test_no_noise_scale_logged_means_no_prediction(tmp_path):
+    for prompts in (8, 16):
+        run_dir = write_synthetic_run(tmp_path / "runs" / f"p{prompts}__s0", f"p{prompts}", 0, prompts)
+        metrics = run_dir / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("gns/")}) + "\n"
+                                   for r in records))
+    with warnings.catch_warnings(record=True):
+        result = analyze(tmp_path)
+    assert result["prediction"] is None
+    assert all(config["r_n_predicted"] is None for config in result["configs"].values())
+    assert "log no `gns/b_noise`" in (tmp_path / "report.md").read_text()

@@ -9,35 +9,15 @@ import copy
 import pytest
 import torch
 
+from rollout_fixtures import policy, rollout  # noqa: F401  (fixtures: 3 prompts x 4 responses, rewards)
+
 from batchscale.algorithms.advantages import AdvantageInputs, gae_returns, ppo_advantages
-from batchscale.batching import collate
-from batchscale.config import ModelConfig, TaskConfig, derive_plan, load_config
+from batchscale.config import derive_plan, load_config
 from batchscale.critic import Critic, accumulate_value_gradient, build_value_model
-from batchscale.policy.load import load_policy
 from batchscale.optimization import build_optimizer
 from batchscale.update import accumulate_policy_gradient, update_policy
 
 LR = 1e-3
-
-
-@pytest.fixture(scope="module")
-def policy(random_model_dir):
-    return load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
-def rollout(policy):
-    """P=3 prompts x G=4 responses of different lengths (so micro-batches pad differently), with rewards."""
-    tok, g = policy.tokenizer, torch.Generator().manual_seed(0)
-    prompts, responses = [], []
-    for p in range(3):
-        for _ in range(4):
-            prompts.append(tok(f"{p + 10}+{p * 7}=")["input_ids"])
-            length = int(torch.randint(1, 6, (1,), generator=g))
-            responses.append(torch.randint(4, 20, (length,), generator=g).tolist() + [tok.eos_token_id])
-    batch = collate(prompts, responses, tok.pad_token_id)
-    rewards = torch.rand(12, generator=g)
-    return batch, rewards
 
 
 def ppo_config(random_model_dir, micro_batch_size, epochs=1, mini_batches=1):

@@ -65,7 +65,11 @@ def test_batch_is_prompt_plus_answer_and_eos(random_model_dir):
         text = policy.tokenizer.decode(ids[: int(mask.sum())], skip_special_tokens=False)
         assert text.startswith("<bos>") and text.endswith("<eos>") and "=" in text
         assert int(response.sum()) == len(text.split("=")[1]) - len("<eos>") + 1  # answer characters + <eos>
-    assert profile_training.padded_tokens(batch, 6) == batch.input_ids.numel()
+    # micro-batches of 1 compute exactly each sequence; one micro-batch of the whole batch runs as two length-sorted
+    # halves (the gradient-noise estimate's two chunks), each trimmed to its own longest row
+    assert profile_training.padded_tokens(batch, 1) == int(batch.attention_mask.sum())
+    lengths = sorted(batch.attention_mask.sum(dim=1).tolist(), reverse=True)
+    assert profile_training.padded_tokens(batch, 6) == 3 * lengths[0] + 3 * lengths[3] <= batch.input_ids.numel()
 
 
 def test_update_flops_count_each_matrix_where_it_runs():

@@ -11,13 +11,14 @@ import json
 import pytest
 import torch
 
+from rollout_fixtures import grouped_rollout, policy  # noqa: F401  (policy: a fixture)
+
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import collate, token_logprobs
-from batchscale.config import ModelConfig, OptimConfig, TaskConfig, load_config
+from batchscale.batching import token_logprobs
+from batchscale.config import OptimConfig, load_config
 from batchscale.critic import accumulate_value_gradient, build_value_model
 from batchscale.errors import UserError
 from batchscale.optimization import build_optimizer, clip_and_step
-from batchscale.policy.load import load_policy
 from batchscale import precision
 from batchscale.precision import autocast, resolve_compute_dtype
 from batchscale.trainer import train
@@ -32,20 +33,8 @@ LOGPROB_GAP_BOUND = 2e-2  # nats, per token (measured 0.003)
 
 
 @pytest.fixture(scope="module")
-def policy(random_model_dir):
-    return load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
 def rollout(policy):
-    tok, g = policy.tokenizer, torch.Generator().manual_seed(0)
-    prompts, responses = [], []
-    for p in range(3):
-        for _ in range(4):
-            prompts.append(tok(f"{p + 10}+{p * 7}=")["input_ids"])
-            length = int(torch.randint(1, 6, (1,), generator=g))
-            responses.append(torch.randint(4, 20, (length,), generator=g).tolist() + [tok.eos_token_id])
-    batch = collate(prompts, responses, tok.pad_token_id)
+    batch, g = grouped_rollout(policy.tokenizer)
     advantages = grpo_advantages(AdvantageInputs(torch.rand(12, generator=g), batch.response_mask, 4))
     return batch, advantages
 

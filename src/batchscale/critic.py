@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 from batchscale.algorithms.losses import clipped_value_loss, token_weights
-from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches
+from batchscale.batching import SequenceBatch, forward_in_micro_batches
 from batchscale.optimization import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
 from batchscale.precision import autocast
+from batchscale.telemetry.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 
 
 class ValueModel(nn.Module):
@@ -66,11 +67,15 @@ def accumulate_value_gradient(
     aggregation: str = "token-mean",
     compute_dtype: torch.dtype = torch.float32,
     sort_by_length: bool = True,
+    samples_per_prompt: int = 1,
+    chunk_norms: ChunkNorms | None = None,
 ) -> dict:
-    """Sum the micro-batch gradients of the batch value loss into .grad. Returns loss statistics for the log."""
+    """Sum the micro-batch gradients of the batch value loss into .grad, chunk by chunk of whole prompt groups, as the
+    actor does (`update.accumulate_policy_gradient`). Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}
-    for rows in iter_micro_batches(batch, micro_batch_size, sort_by_length):
+    for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
+                                           chunk_norms):
         mb, width = batch.select(rows)
         weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
         with autocast(compute_dtype, batch.input_ids.device.type):
@@ -110,14 +115,19 @@ class Critic:
             return forward_in_micro_batches(lambda mb: token_values(self.model, mb), batch, self.plan.micro_batch_size)
 
     def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor) -> dict:
-        """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping."""
+        """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping,
+        and the critic's gradient noise estimates (`gns/critic/grad_sq`, `gns/critic/trace_sigma`)."""
         records = []
         for start, stop in iter_updates(len(batch), self.plan.ppo_epochs, self.plan.ppo_mini_batches):
             mini, width = batch.rows(start, stop)
+            chunk_norms = ChunkNorms(self.model.parameters())
             stats = accumulate_value_gradient(self.model, mini, values_old[start:stop, :width],
                                               returns[start:stop, :width], self.plan.micro_batch_size,
-                                              self.value_clip, self.aggregation, self.compute_dtype)
-            records.append({"grad_norm/critic": clip_and_step(self.model, self.optimizer, self.max_grad_norm), **stats})
+                                              self.value_clip, self.aggregation, self.compute_dtype,
+                                              samples_per_prompt=self.plan.samples_per_prompt, chunk_norms=chunk_norms)
+            grad_norm = clip_and_step(self.model, self.optimizer, self.max_grad_norm)
+            records.append({"grad_norm/critic": grad_norm, **stats,
+                            **chunk_norms.noise_terms(grad_norm, len(mini), network="critic")})
         return {
             **mean_stats(records),
             "lr/critic": self.optimizer.param_groups[0]["lr"],

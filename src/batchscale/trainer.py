@@ -12,6 +12,10 @@ GRPO, PPO and ReMax share this loop, which has no per-algorithm branch: it asks 
 `time/generate_baseline`); with `needs_critic` it holds a `critic.Critic`, computes its values before the advantages
 and updates it after the actor (both timed as `time/train_critic`, apart from the actor's `time/train`).
 
+Every step also logs the online gradient noise scale of the actor (and the critic): the update's per-chunk gradient
+norms give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held here across steps gives
+`gns/b_noise`, in samples.
+
 Health (health.py): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import copy
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +49,7 @@ from batchscale.rollout.base import SamplingParams
 from batchscale.rundir import RunDescriptor, RunLog, check_out_dir, summarize_run
 from batchscale.rundir.staging import run_destination
 from batchscale.tasks import build_task
+from batchscale.telemetry.gradnoise import NoiseScaleEMA
 from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.telemetry.timers import PhaseTimer
 from batchscale.update import update_policy
@@ -113,6 +118,8 @@ class Run:
     rng: np.random.Generator
     timer: PhaseTimer
     compute_dtype: torch.dtype = torch.float32  # training arithmetic (precision.resolve_compute_dtype)
+    noise_scales: dict[str, NoiseScaleEMA] = field(  # the online B_noise of each network, across steps
+        default_factory=lambda: {network: NoiseScaleEMA(network) for network in ("actor", "critic")})
 
 
 def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
@@ -271,8 +278,10 @@ def run_step(step: int, run: Run) -> dict:
         # generate, train, step (+ generate_baseline, train_critic)
         **{f"time/{phase}": phase_s for phase, phase_s in seconds.items()},
         "lr/actor": run.optimizer.param_groups[0]["lr"],
-        **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl)
-        **critic_stats,  # grad_norm/critic, lr/critic, loss/value, critic/explained_variance, ...
+        **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl), gns/grad_sq, gns/trace_sigma
+        **run.noise_scales["actor"].observe(actor_stats),  # gns/b_noise
+        **critic_stats,  # grad_norm/critic, lr/critic, loss/value, critic/explained_variance, gns/critic/...
+        **run.noise_scales["critic"].observe(critic_stats),  # gns/critic/b_noise
     }
 
 

@@ -13,7 +13,9 @@ Micro-batches are formed from the rows sorted by length and the LM head runs on 
 (`batching`: execution-only, the equivalence tests bound the difference to float rounding). With `compute_dtype`
 bfloat16 each forward runs under bf16 autocast over the float32 weights (`precision`).
 
-The gradient norm is logged before clipping: it is the paper's gradient-noise proxy.
+The gradient norm is logged before clipping: it is the paper's gradient-noise proxy. Micro-batches run in chunks of
+whole prompt groups (`batching.iter_gradient_chunks`), and the squared norm of each chunk's gradient is read off the
+accumulation (`telemetry.chunk_norms`) for the online gradient noise scale (`telemetry.gradnoise`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from __future__ import annotations
 import torch
 
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
-from batchscale.batching import SequenceBatch, forward_in_micro_batches, iter_micro_batches, token_logprobs
+from batchscale.batching import SequenceBatch, forward_in_micro_batches, token_logprobs
 from batchscale.optimization import clip_and_step, iter_updates, loss_normalizer, mean_stats
 from batchscale.precision import autocast
+from batchscale.telemetry.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 
 
 def accumulate_policy_gradient(
@@ -38,14 +41,19 @@ def accumulate_policy_gradient(
     kl_coef: float = 0.0,
     compute_dtype: torch.dtype = torch.float32,
     sort_by_length: bool = True,
+    samples_per_prompt: int = 1,
+    chunk_norms: ChunkNorms | None = None,
 ) -> dict:
-    """Sum the micro-batch gradients of the batch loss into .grad. Returns loss statistics for the log."""
+    """Sum the micro-batch gradients of the batch loss into .grad, chunk by chunk of whole prompt groups
+    (`batching.iter_gradient_chunks`); `chunk_norms`, when given, records each chunk's squared gradient norm on the way.
+    Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/policy": 0.0, "actor/clip_frac": 0.0}
     if kl_coef > 0:
         stats["loss/kl"] = 0.0
     device_type = batch.input_ids.device.type
-    for rows in iter_micro_batches(batch, micro_batch_size, sort_by_length):
+    for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
+                                           chunk_norms):
         mb, width = batch.select(rows)
         with autocast(compute_dtype, device_type):
             logp = token_logprobs(model, mb)  # (n, width)
@@ -67,7 +75,8 @@ def accumulate_policy_gradient(
 def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tensor, plan, algo_cfg,
                   max_grad_norm: float | None, ref_model=None, compute_dtype: torch.dtype = torch.float32) -> dict:
     """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics, averaged
-    over the updates; `grad_norm/actor` is before clipping."""
+    over the updates; `grad_norm/actor` is before clipping; `gns/grad_sq` and `gns/trace_sigma` are the gradient
+    noise estimates of each update (telemetry.gradnoise), absent when an update holds a single prompt group."""
     logp_old = None
     if plan.updates_per_step > 1:  # later updates must compare against the sampling policy, so store it first
         with autocast(compute_dtype, batch.input_ids.device.type):
@@ -75,9 +84,12 @@ def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tens
     records = []
     for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
         mini, width = batch.rows(start, stop)
+        chunk_norms = ChunkNorms(model.parameters())
         stats = accumulate_policy_gradient(
             model, mini, advantages[start:stop, :width], plan.micro_batch_size, algo_cfg.clip_eps,
             algo_cfg.loss_aggregation, logp_old=None if logp_old is None else logp_old[start:stop, :width],
-            ref_model=ref_model, kl_coef=algo_cfg.kl_coef, compute_dtype=compute_dtype)
-        records.append({"grad_norm/actor": clip_and_step(model, optimizer, max_grad_norm), **stats})
+            ref_model=ref_model, kl_coef=algo_cfg.kl_coef, compute_dtype=compute_dtype,
+            samples_per_prompt=plan.samples_per_prompt, chunk_norms=chunk_norms)
+        grad_norm = clip_and_step(model, optimizer, max_grad_norm)
+        records.append({"grad_norm/actor": grad_norm, **stats, **chunk_norms.noise_terms(grad_norm, len(mini))})
     return mean_stats(records)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchscale.analysis import alignment, curves, gradnoise, intervals, signal, targets
+from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
 from batchscale.analysis.runs import Run, load_runs
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
@@ -218,6 +218,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "step_curve": curves.summarize_seed_curves(step_curves[label]),
         }
     grad = measure_grad_noise(by_label, family, configs, details)
+    predicted = prediction.predict_label_penalties(by_label, reference, configs)  # rN from the reference's B_noise
     result = AnalysisDocument(
         reference=reference,
         target=target,
@@ -228,6 +229,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
         smooth_window=smooth_window,
         learning_signal=learning_signal,
         why_no_signal=why_no_signal,
+        prediction=predicted,
     ).to_json()  # the schema checks every key here, at the producer
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])

@@ -3,7 +3,8 @@
 - J vs samples: seed-mean curve per label with a +-1 seed-sd band and the target line (the invariance picture);
 - J vs steps: the same curves indexed by optimizer updates (larger batches look faster here; that is the point);
 - gradient norm vs samples_per_update on log-log axes, with the fitted slope over its range and sqrt(a + b/B);
-- rN vs samples_per_step with the N* t-interval (log scale) propagated as ci / mean N*(reference), and rN = 1.
+- rN vs samples_per_step with the N* t-interval (log scale) propagated as ci / mean N*(reference), and rN = 1; beside it,
+  the rN predicted from the reference run's own gradient noise scale (analysis.prediction).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 import numpy as np  # noqa: E402
+
+from batchscale.analysis.prediction import plot_predicted_penalty  # noqa: E402
 
 PLOT_FILES = {
     "curves_samples": "j_vs_samples.png",
@@ -98,6 +101,7 @@ def plot_r_n(result: dict, temporary: Path) -> Path:
             error = [[config["r_n"] - n_star["ci_low"] / reference_n], [n_star["ci_high"] / reference_n - config["r_n"]]]
         marker = "o" if config["aligned"] else "x"
         ax.errorbar(config["samples_per_step"], config["r_n"], yerr=error, fmt=marker, capsize=3, label=label)
+    plot_predicted_penalty(ax, result)
     ax.axhline(1.0, color="k", ls="--", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("samples_per_step B")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from batchscale.analysis import alignment, intervals, signal, targets
 from batchscale.analysis.plots import PLOT_FILES, ordered_labels, render_plots
+from batchscale.analysis.prediction import prediction_lines
 
 
 def format_number(value, digits: int = 3) -> str:
@@ -121,6 +122,7 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
         lines.append(f"- {network}: log-log slope {format_number(fit['slope'])} over B = {low:g}..{high:g} "
                      f"(pure noise: -0.5); a = {format_number(fit['a'])}, b = {format_number(fit['b'])}, "
                      f"B_simple = {format_number(fit['b_simple'])}" + (f" ({fit['note']})" if fit["note"] else ""))
+    lines += ["", *prediction_lines(result)]
     if details.get("warnings"):
         lines += ["", "## Warnings", *(f"- {message}" for message in details["warnings"])]
     if figures:

@@ -5,7 +5,9 @@ Learning curve (saturating exponential on the sample axis, with the McCandlish e
     J(N) = J_final - (J_final - J_initial) * exp(-N / (samples_scale * (1 + B / noise_scale) * slowdown * seed_factor))
 
 so larger batches need (1 + B/noise_scale) times the samples of a tiny batch: curves with B << noise_scale align, larger ones
-lag. The gradient-norm proxy follows |g|^2 = a + b/B with b/a = noise_scale, i.e. B_simple = noise_scale by construction.
+lag. The gradient-norm proxy follows |g|^2 = a + b/B with b/a = noise_scale, i.e. B_simple = noise_scale by construction,
+and the online estimates log gns/grad_sq = a, gns/trace_sigma = b and gns/b_noise = noise_scale, each times a lognormal
+factor of sd `gns_sd` (0: exact) drawn from a generator of its own, so the other records do not depend on it.
 `slowdown` models a mistuned control (e.g. a fixed LR); seed noise is a per-seed factor on the time scale plus per-eval
 Gaussian noise on the score. Records follow DESIGN.md's run-log contract; eval records include one at samples = 0.
 """
@@ -42,9 +44,11 @@ def write_synthetic_run(
     eval_sd: float = 0.01,
     grad_floor: float = 1e-4,
     with_critic: bool = False,
+    gns_sd: float = 0.05,
 ) -> Path:
     """Write one synthetic run directory (a finished run); returns run_dir."""
     rng = np.random.default_rng([seed, prompts_per_step, int(slowdown * 1000)])
+    gns_rng = np.random.default_rng([seed, prompts_per_step, int(slowdown * 1000), 16])
     samples_per_step = prompts_per_step * samples_per_prompt
     seed_factor = float(np.exp(seed_sd * rng.standard_normal()))
     steps = max(1, total_samples // samples_per_step)
@@ -70,6 +74,9 @@ def write_synthetic_run(
             "reward/mean": score(samples), "response/length_mean": 32.0, "tokens/generated": 32 * samples_per_step,
             "time/generate": 0.5, "time/train": 0.5, "time/step": 1.0, "grad_norm/actor": grad_norm, "lr/actor": lr,
         }
+        factors = np.exp(gns_sd * gns_rng.standard_normal(3))
+        record.update({"gns/grad_sq": float(a * factors[0]), "gns/trace_sigma": float(b * factors[1]),
+                       "gns/b_noise": float(noise_scale * factors[2])})
         if with_critic:
             record.update({"grad_norm/critic": 2.0 * grad_norm ** 0.2, "lr/critic": lr, "time/train_critic": 0.1})
         records.append(record)

@@ -52,14 +52,39 @@ def plan(
     allow_mixed: Annotated[
         bool, typer.Option("--allow-mixed", help="Plan over runs of different tasks or models (refused by default).")
     ] = False,
+    predict: Annotated[
+        Optional[Path], typer.Option("--predict", help="Predict from ONE run directory's gradient noise scale.")
+    ] = None,
+    training_profile: Annotated[
+        Optional[Path], typer.Option("--training-profile", help="With --predict: `profile training --json` output.")
+    ] = None,
+    batches: Annotated[
+        Optional[str], typer.Option("--batches", help="With --predict: samples per step to predict, e.g. 64,128,256.")
+    ] = None,
 ) -> None:
-    """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref)."""
+    """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref).
+    With --predict RUN_DIR: predict rN and q for other batches from one run, before any sweep."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
 
-
     if (model is None) != (hardware is None):
         raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
+    if predict is not None:
+        from batchscale.plan.predict import RooflineInputs, predict_from_run
+        from batchscale.plan.predict_print import print_prediction
+
+        if path is not None or table is not None:
+            raise UserError("--predict", "reads one run, not a sweep directory or --table",
+                            "pass either --predict RUN_DIR, or a sweep directory / --table")
+        roofline = RooflineInputs(model, hardware, context, mem_util) if model is not None else None
+        document = predict_from_run(predict, batches, generation_profile, training_profile, roofline)
+        if json_out:
+            sys.stdout.write(json.dumps(document.to_json(), indent=2) + "\n")
+        else:
+            print_prediction(document)
+        return
+    if training_profile is not None or batches is not None:
+        raise UserError("--training-profile/--batches", "apply to --predict only", "add --predict RUN_DIR, or drop them")
     memory = compute_memory_limit(model, hardware, context, mem_util, gpus=gpus, tensor_parallel=tensor_parallel,
                                   colocated=colocated) if model is not None else None
     decision, explanation, regime, source = make_plan(

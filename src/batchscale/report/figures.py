@@ -42,7 +42,7 @@ LEARNING_TITLES = {
     "grad_norm": ("Gradient norm vs samples per update (log-log)", "Mean actor gradient norm per label with the fitted "
                   "slope (pure noise: -0.5) and sqrt(a + b/B); B_simple = b/a is the critical training batch."),
     "r_n": ("Samples-to-target penalty rN vs samples per step", "rN = N*(B) / N*(B_ref) with the t-interval of N* on log scale; "
-            "o aligned, x not aligned."),
+            "o aligned, x not aligned; open squares: rN predicted from the reference run's own gradient noise scale."),
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from batchscale.analysis.prediction import closing_note
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows, verdict,
@@ -101,6 +102,8 @@ def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
         '<div class="figures">', *(render_figure(f) for f in figures), "</div>",
         "<h2>Learning side (analysis.json)</h2>",
         learning,
+        *([f'<h2 id="prediction">Predicted from one run</h2>\n<p>{escape(note)}</p>']
+          if (note := closing_note(inputs.analysis, inputs.plan)) else []),
         '<h2 id="how-measured">How this was measured</h2>',
         f"<ul>\n{notes}\n</ul>",
         "</body>",

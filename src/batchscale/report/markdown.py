@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from batchscale.analysis.prediction import closing_note
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
@@ -62,7 +63,9 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
     for figure in figures:
         link = figure_link(figure, out_dir)
         lines += [f"### {figure.title}", "", f"![{figure.title}]({link})", "", figure.caption, ""]
-    lines += [*learning_detail(inputs), "", "## How this was measured", "",
+    note = closing_note(inputs.analysis, plan)
+    lines += [*learning_detail(inputs), *(["", "## Closing note", "", note] if note else []),
+              "", "## How this was measured", "",
               *(f"- {note}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)
 

@@ -2,6 +2,7 @@
 
     analysis.json                `AnalysisDocument`   batchscale analyze: the learning side (N*, rN, alignment, B_simple)
     plan.json / plan --json      `PlanDocument`       batchscale plan: the decision table, the winner, the regime
+    plan --predict --json        `PredictionDocument` batchscale plan --predict: rN and q predicted from one run
     profiles/generation.json     `GenerationProfile`  batchscale profile generation --json: tokens/s vs concurrency, knee
     profiles/training.json       `TrainingProfile`    batchscale profile training --json: seconds per update vs batch
 
@@ -76,6 +77,28 @@ class LabelAnalysis(Strict):
     aligned: bool | None
     time_to_target_realized: float | None = None  # seconds of time/step up to N*, mean over reached seeds
     learns: bool | None = None  # its mean curve rises clearly above its start (analysis/signal.py)
+    r_n_predicted: float | None = None  # from the reference run's own B_noise (analysis.prediction)
+
+
+class NoiseScaleValue(Strict):
+    """B_noise in samples: the median of the logged EMA over a run's second half, and the 10th-90th percentiles;
+    null where it is infinite (the gradient pure noise at the run's batch: beyond what the run resolves)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+
+
+class NoiseScalePrediction(Strict):
+    """rN predicted from the reference's logged gradient noise scale, and what that prediction cost."""
+
+    label: str  # whose runs B_noise was read from: the reference
+    b_noise: NoiseScaleValue
+    b_noise_steps: int
+    b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
+    prediction_compute_s: float  # one run of the reference: its summed time/step
+    sweep_compute_s: float  # every run of the sweep
+    compute_fraction: float | None
 
 
 class AnalysisDocument(Document):
@@ -90,6 +113,7 @@ class AnalysisDocument(Document):
     smooth_window: int = 1  # centred moving average over this many evals (1: raw evals)
     learning_signal: bool = True  # some label rises clearly above its start; False: no verdict can be drawn
     why_no_signal: str | None = None
+    prediction: NoiseScalePrediction | None = None  # None: the reference's runs log no gns/b_noise
 
 
 # --- plan.json ------------------------------------------------------------------------------------------------------
@@ -149,6 +173,44 @@ class PlanDocument(Document):
     generation_profile: str | None = None
     memory: dict | None = None
     rows: list[PlanRowDocument]
+
+
+# --- plan --predict --json -----------------------------------------------------------------------------------------
+
+class PredictionReference(Strict):
+    label: str
+    samples_per_step: int
+    throughput_samples_per_s: float
+    step_s: float  # median time/step after the first
+
+
+class PredictedBest(Strict):
+    samples_per_step: int | None  # None when no candidate is feasible
+    low: int | None  # the best batch over B_noise's interval
+    high: int | None
+
+
+class PredictedRow(Strict):
+    samples_per_step: int
+    r_n_predicted: float
+    throughput_gain: float
+    time_to_target_normalized: float
+    throughput_samples_per_s: float
+    feasible: bool
+
+
+class PredictionDocument(Document):
+    regenerate: ClassVar[str] = "rerun `batchscale plan --predict RUN_DIR --json`"
+
+    run: str
+    label: str
+    b_noise: NoiseScaleValue
+    b_noise_steps: int  # step records the median was read from
+    b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
+    reference: PredictionReference
+    best: PredictedBest
+    throughput_method: str
+    rows: list[PredictedRow] = Field(min_length=1)
 
 
 # --- profiles -------------------------------------------------------------------------------------------------------

@@ -49,6 +49,10 @@ RECORD_KEYS = ("kind", "step", "samples", "wall_s")  # every record
 STEP_KEYS = ("prompts", "reward/mean", "response/length_mean", "tokens/generated", "time/generate", "time/train",
              "time/step", "grad_norm/actor", "lr/actor")  # every step record (DESIGN.md)
 CRITIC_STEP_KEYS = ("grad_norm/critic", "lr/critic", "time/train_critic")  # PPO adds these
+GNS_STEP_KEYS = {  # optional: the online gradient noise scale (telemetry.gradnoise), B_noise in samples
+    network: {name: f"gns/{prefix}{name}" for name in ("grad_sq", "trace_sigma", "b_noise")}
+    for network, prefix in (("actor", ""), ("critic", "critic/"))
+}
 EVAL_SCORE_KEYS = ("eval/accuracy", "eval/score")  # the primary eval score, first present wins
 
 

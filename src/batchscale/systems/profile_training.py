@@ -136,10 +136,12 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
 
 
 def padded_tokens(batch, micro_batch_size: int) -> int:
-    """Token positions the micro-batches compute: each is trimmed to its own longest sequence."""
-    from batchscale.batching import iter_micro_batches
+    """Token positions the update's micro-batches compute (`batching.iter_gradient_chunks`, as
+    `accumulate_policy_gradient` runs them): each is trimmed to its own longest sequence."""
+    from batchscale.batching import iter_gradient_chunks
 
-    return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1] for rows in iter_micro_batches(batch, micro_batch_size))
+    return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1]
+               for chunk in iter_gradient_chunks(batch, micro_batch_size) for rows in chunk)
 
 
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),

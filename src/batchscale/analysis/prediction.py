@@ -1,0 +1,114 @@
+"""The sweep's measured rN checked against the rN predicted from the reference run's own gradient noise scale.
+
+The reference label's runs log B_noise online (`gns/b_noise`, samples; telemetry.gradnoise); pooled over its seeds
+(the second half of each run), its median predicts every label's samples-to-target penalty before any of them ran:
+
+    rN_predicted(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise),   b = samples_per_update
+
+(McCandlish et al. 2018, eq. 2.11). With a plan's measured throughput gains, the predicted best label is the one with
+the smallest rN_predicted / (q/q_ref), beside the measured best. The prediction's compute is one run of the reference
+(its first seed's summed time/step), as a fraction of the whole sweep's summed time/step.
+"""
+
+from __future__ import annotations
+
+import math
+
+from batchscale.rundir import Run
+from batchscale.telemetry.gradnoise import pool_noise_scales, predict_samples_penalty
+
+
+def predict_label_penalties(by_label: dict[str, list[Run]], reference: str, configs: dict) -> dict | None:
+    """Set configs[label]["r_n_predicted"] for every label; returns analysis.json's `prediction` (None, and every
+    r_n_predicted None, when the reference's runs log no B_noise)."""
+    b_noise = pool_noise_scales([run.steps for run in by_label[reference]])
+    for label in configs:
+        configs[label]["r_n_predicted"] = None if b_noise is None else predict_samples_penalty(
+            configs[label]["samples_per_update"], configs[reference]["samples_per_update"], b_noise.value)
+    if b_noise is None:
+        return None
+    sweep_s = sum(_compute_s(run) for runs in by_label.values() for run in runs)
+    prediction_s = _compute_s(min(by_label[reference], key=lambda run: run.seed))
+    return {"label": reference, "b_noise": b_noise.to_json(), "b_noise_steps": b_noise.steps,
+            "b_noise_unresolved_steps": b_noise.unresolved_steps,
+            "prediction_compute_s": prediction_s, "sweep_compute_s": sweep_s,
+            "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None}
+
+
+def compare_best(analysis: dict, plan: dict) -> dict:
+    """Predicted best (smallest rN_predicted / measured q gain among the plan's eligible rows) and measured best."""
+    scored = [(analysis["configs"][row["label"]].get("r_n_predicted") / row["throughput_gain"], row["label"])
+              for row in plan["rows"]
+              if row["eligible"] and analysis["configs"].get(row["label"], {}).get("r_n_predicted") is not None]
+    return {"predicted": min(scored)[1] if scored else None, "measured": plan.get("best")}
+
+
+def prediction_lines(analysis: dict) -> list[str]:
+    """Markdown: predicted vs measured rN for every label, and where B_noise came from."""
+    prediction = analysis.get("prediction")
+    if not prediction:
+        return ["## Predicted from one run", "",
+                "The reference's runs log no `gns/b_noise`, so rN was not predicted (runs trained by batchscale log it)."]
+    b_noise = prediction["b_noise"]
+    lines = ["## Predicted from one run", "",
+             f"B_noise of `{prediction['label']}` (median of the logged EMA over its runs' second halves): "
+             f"{describe_noise_scale(b_noise)}; rN_predicted = (1 + B/B_noise) / (1 + B_ref/B_noise), B in samples "
+             "per update.", "",
+             "| label | B | rN measured | rN predicted |", "|---|---|---|---|"]
+    for label in _by_batch(analysis):
+        config = analysis["configs"][label]
+        lines.append(f"| {label} | {config['samples_per_step']} | {_fmt(config['r_n'])} | "
+                     f"{_fmt(config.get('r_n_predicted'))} |")
+    return lines
+
+
+def closing_note(analysis: dict, plan: dict) -> str | None:
+    """One paragraph: predicted vs measured rN for every label, the predicted and the measured best, and the
+    compute the prediction needed as a fraction of the sweep's; None when nothing was predicted."""
+    prediction = analysis.get("prediction")
+    if not prediction:
+        return None
+    pairs = ", ".join(f"{label} {_fmt(analysis['configs'][label].get('r_n_predicted'))} vs "
+                      f"{_fmt(analysis['configs'][label]['r_n'])}" for label in _by_batch(analysis))
+    best = compare_best(analysis, plan)
+    fraction = prediction.get("compute_fraction")
+    cost = (f"{fraction:.1%} of the sweep's compute (summed time/step)" if fraction is not None
+            else "an untimed share of the sweep")
+    return (f"Predicted from one run (B_noise {format_samples(prediction['b_noise']['value'])}, from "
+            f"{prediction['label']}): rN predicted vs measured: {pairs}. Predicted best: {best['predicted'] or 'none'} "
+            f"(rN predicted over the measured throughput gain); measured best: {best['measured'] or 'none'}. "
+            f"The prediction needed one run of the reference, {cost}.")
+
+
+def plot_predicted_penalty(ax, analysis: dict) -> None:
+    """Draw rN_predicted against B on the rN figure's axes (nothing when not predicted)."""
+    points = sorted((config["samples_per_step"], config["r_n_predicted"]) for config in analysis["configs"].values()
+                    if config.get("r_n_predicted") is not None)
+    if points:
+        b_noise = analysis["prediction"]["b_noise"]["value"]
+        ax.plot([b for b, _ in points], [r for _, r in points], "s--", color="0.4", mfc="none",
+                label=f"predicted from B_noise {format_samples(b_noise)}")
+
+
+def format_samples(b_noise: float | None) -> str:
+    """A B_noise for text: null (infinite) says the run did not resolve it."""
+    return "unresolved (infinite: pure noise at the run's batch)" if b_noise is None else f"{b_noise:,.0f} samples"
+
+
+def describe_noise_scale(b_noise: dict) -> str:
+    """{value, low, high} as text, with the interval's meaning."""
+    return (f"{format_samples(b_noise['value'])} (10th-90th percentile over steps: {format_samples(b_noise['low'])} "
+            f"to {format_samples(b_noise['high'])})")
+
+
+def _compute_s(run: Run) -> float:
+    return sum(r["time/step"] for r in run.steps
+               if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"]))
+
+
+def _by_batch(analysis: dict) -> list[str]:
+    return sorted(analysis["configs"], key=lambda label: (analysis["configs"][label]["samples_per_step"], label))
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3g}"

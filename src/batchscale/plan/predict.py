@@ -1,0 +1,152 @@
+"""`plan --predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
+
+Learning side (McCandlish et al. 2018): the run logs the gradient noise scale online (`gns/b_noise`, samples; see
+`telemetry.gradnoise`); its B_noise is the median of that EMA over the second half of the run, with the 10th-90th
+percentiles over those steps as the interval (infinite, null in JSON, where the gradient was pure noise: then rN = 1,
+the formula's limit). Samples to target relative to the run's own batch B_ref:
+
+    rN(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise)
+
+with b the samples per optimizer update (= B in the single pass; with PPO mini-batches every candidate keeps the run's
+split, b = B * samples_per_update / samples_per_step).
+
+Systems side: q(B) = B / t_step(B), each phase of the run's measured step carried to B by a model (`phase_times`).
+Then throughput_gain = q(B) / q(B_ref) and T/T_ref = rN / throughput_gain (the paper's decision rule); the predicted
+best batch is the feasible candidate with the smallest T/T_ref, and its interval is the best batch at B_noise's low
+and high ends. A candidate is infeasible when its KV cache does not fit (`--model --hardware`, as `plan` checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.plan import phase_times
+from batchscale.plan.load_sweep import measure_run_throughput
+from batchscale.rundir import GenerationProfile, PredictionDocument, TrainingProfile, read_document, read_run
+from batchscale.telemetry.gradnoise import predict_samples_penalty, summarize_noise_scale
+
+DEFAULT_BATCH_FACTORS = (0.25, 0.5, 1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class RooflineInputs:
+    model: str
+    hardware: str
+    context: int
+    mem_util: float = 0.9
+
+
+def parse_batches(text: str | None, reference: int) -> list[int]:
+    """--batches as a comma list of positive integers (samples per step); default B_ref x 1/4 .. 16. The reference
+    batch is always among them."""
+    if text is None:
+        batches = {max(1, round(reference * factor)) for factor in DEFAULT_BATCH_FACTORS}
+    else:
+        batches = set()
+        for item in text.split(","):
+            try:
+                value = int(item.strip())
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise UserError("--batches", f"every batch must be a positive integer of samples per step, got "
+                                f"{item.strip()!r}", "pass a comma list such as 64,128,256")
+            batches.add(value)
+    return sorted(batches | {reference})
+
+
+def predict_from_run(run_dir: Path, batches: str | None = None, generation_profile: Path | None = None,
+                     training_profile: Path | None = None, roofline: RooflineInputs | None = None) -> PredictionDocument:
+    """The prediction document of `plan --predict RUN_DIR` (inputs checked before any arithmetic)."""
+    if training_profile is not None and roofline is not None:
+        raise UserError("--training-profile / --model", "are two sources for the training time",
+                        "pass --training-profile, or --model --hardware --context, not both")
+    run = read_run(Path(run_dir))
+    b_noise = summarize_noise_scale(run.steps)
+    if b_noise is None:
+        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)",
+                        "train the run with this batchscale (every run logs it when an update holds two prompt "
+                        "groups), or plan from a sweep")
+    measured = measure_run_throughput(run)
+    if measured is None or measured.generate_s is None or measured.train_s is None:
+        raise UserError(f"--predict {run_dir}", "has no timed steps (time/step, time/generate, time/train)",
+                        "give a run whose step records carry the phase timers")
+    reference = run.samples_per_step
+    candidates = parse_batches(batches, reference)
+    gen_profile = read_document(generation_profile, GenerationProfile, "--generation-profile") \
+        if generation_profile else None
+    train_profile = read_document(training_profile, TrainingProfile, "--training-profile") if training_profile else None
+    shape, hardware, kv_max_batch = _roofline(roofline)
+    max_concurrency = run.descriptor.max_concurrency
+    if gen_profile is not None:
+        generation = phase_times.generation_from_profile(gen_profile, max_concurrency)
+    elif shape is not None:
+        generation = phase_times.generation_from_roofline(shape, hardware, roofline.context, max_concurrency)
+    else:
+        generation = phase_times.proportional("generation")
+    if train_profile is not None:
+        training = phase_times.training_from_profile(train_profile)
+    elif shape is not None:
+        training = phase_times.training_from_roofline(shape, hardware, roofline.context)
+    else:
+        training = phase_times.proportional("training")
+
+    per_update = run.descriptor.samples_per_update / run.descriptor.samples_per_step
+    other_s = max(measured.step_s - measured.generate_s - measured.train_s, 0.0)
+
+    def step_s(batch: int) -> float:
+        return (phase_times.scale_phase(generation, measured.generate_s, batch, reference)
+                + phase_times.scale_phase(training, measured.train_s, batch, reference)
+                + other_s * batch / reference)
+
+    def penalty(batch: int, scale: float) -> float:
+        return predict_samples_penalty(batch * per_update, reference * per_update, scale)
+
+    q_ref = reference / step_s(reference)
+    rows = []
+    for batch in candidates:
+        q = batch / step_s(batch)
+        r_n, gain = penalty(batch, b_noise.value), q / q_ref
+        rows.append({"samples_per_step": batch, "r_n_predicted": r_n, "throughput_gain": gain,
+                     "time_to_target_normalized": r_n / gain, "throughput_samples_per_s": q,
+                     "feasible": kv_max_batch is None or batch <= kv_max_batch})
+    best = _best_batch(rows, b_noise.value, penalty)
+    ends = [_best_batch(rows, scale, penalty) for scale in (b_noise.low, b_noise.high)]
+    known = [b for b in (best, *ends) if b is not None]
+    return PredictionDocument.model_validate({
+        "run": str(run_dir),
+        "label": run.label,
+        "b_noise": b_noise.to_json(),
+        "b_noise_steps": b_noise.steps,
+        "b_noise_unresolved_steps": b_noise.unresolved_steps,
+        "reference": {"label": run.label, "samples_per_step": reference,
+                      "throughput_samples_per_s": q_ref, "step_s": measured.step_s},
+        "best": {"samples_per_step": best, "low": min(known) if known else None,
+                 "high": max(known) if known else None},
+        "throughput_method": "; ".join([generation.method, training.method, "other step time: proportional to B",
+                                        "each carried from the run's median phase times after the first step"]),
+        "rows": rows,
+    })
+
+
+def _best_batch(rows: list[dict], b_noise: float, penalty) -> int | None:
+    """The feasible candidate with the smallest predicted T/T_ref at this B_noise (ties: the smaller batch)."""
+    feasible = [r for r in rows if r["feasible"]]
+    if not feasible:
+        return None
+    return min(feasible, key=lambda r: (penalty(r["samples_per_step"], b_noise) / r["throughput_gain"],
+                                        r["samples_per_step"]))["samples_per_step"]
+
+
+def _roofline(inputs: RooflineInputs | None):
+    """Model shape, hardware and KV capacity for the roofline (None, None, None without --model/--hardware)."""
+    if inputs is None:
+        return None, None, None
+    from batchscale.plan.memory import compute_memory_limit
+    from batchscale.systems.hardware import get_hardware
+    from batchscale.systems.models import get_model_shape
+
+    limit = compute_memory_limit(inputs.model, inputs.hardware, inputs.context, inputs.mem_util)
+    return get_model_shape(inputs.model), get_hardware(inputs.hardware), limit.kv_max_batch

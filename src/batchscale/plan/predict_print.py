@@ -1,0 +1,37 @@
+"""The table `batchscale plan --predict` prints (the numbers come from `plan.predict`, as its --json prints them)."""
+
+from __future__ import annotations
+
+import sys
+
+from batchscale.analysis.prediction import describe_noise_scale
+from batchscale.rundir import PredictionDocument
+
+
+def print_prediction(document: PredictionDocument) -> None:
+    """Rich table to stdout, the predicted best batch highlighted, then B_noise and how q was modelled."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 140)
+    ref, best, b_noise = document.reference, document.best, document.b_noise
+    table = Table(title=f"Predicted from one run: {document.label} (B_ref = {ref.samples_per_step} samples/step)")
+    for name in ("B_train", "rN predicted", "q (samples/s)", "q/q_ref", "T/T_ref", "feasible"):
+        table.add_column(name, justify="right")
+    for r in document.rows:
+        style = "bold green" if r.samples_per_step == best.samples_per_step else ("dim" if not r.feasible else None)
+        table.add_row(("* " if r.samples_per_step == best.samples_per_step else "") + str(r.samples_per_step),
+                      f"{r.r_n_predicted:.2f}", f"{r.throughput_samples_per_s:,.2f}", f"{r.throughput_gain:.2f}x",
+                      f"{r.time_to_target_normalized:.2f}", "yes" if r.feasible else "no", style=style)
+    console.print(table)
+    unresolved = (f", {document.b_noise_unresolved_steps} of them unresolved" if document.b_noise_unresolved_steps
+                  else "")
+    console.print(f"[bold]B_noise:[/bold] {describe_noise_scale(b_noise.model_dump())}, from "
+                  f"{document.b_noise_steps} steps of the run's second half{unresolved}", highlight=False)
+    if best.samples_per_step is None:
+        console.print("[bold]Best:[/bold] none: no candidate batch is feasible.", highlight=False)
+    else:
+        console.print(f"[bold]Predicted best:[/bold] B_train = {best.samples_per_step} (from {best.low} to {best.high} "
+                      "over B_noise's interval). rN = (1 + B/B_noise) / (1 + B_ref/B_noise); T/T_ref = rN / (q/q_ref).",
+                      highlight=False)
+    console.print(f"[bold]Throughput:[/bold] {document.throughput_method}", highlight=False)

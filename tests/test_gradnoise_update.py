@@ -1,0 +1,88 @@
+"""The noise-scale estimate never changes the update: chunked accumulation with norms taken gives the same gradient
+as without, on the tiny model, for the actor and the PPO critic; and the estimate is logged whenever an update holds
+two prompt groups."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from rollout_fixtures import policy, rollout  # noqa: F401  (fixtures: 3 prompts x 4 responses, rewards)
+
+from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
+from batchscale.batching import iter_gradient_chunks
+from batchscale.config import derive_plan, load_config
+from batchscale.critic import accumulate_value_gradient, build_value_model
+from batchscale.optimization import build_optimizer
+from batchscale.telemetry.chunk_norms import ChunkNorms
+from batchscale.update import accumulate_policy_gradient, update_policy
+
+
+def test_chunks_hold_whole_groups_and_cover_the_batch(rollout):
+    batch, _ = rollout
+    for micro, sizes in ((1, [4, 4, 4]), (4, [4, 4, 4]), (8, [8, 4]), (12, [8, 4])):
+        chunks = [torch.cat(chunk) for chunk in iter_gradient_chunks(batch, micro, 4)]
+        assert [len(c) for c in chunks] == sizes, micro
+        assert sorted(torch.cat(chunks).tolist()) == list(range(12))
+        for chunk in chunks:
+            groups = {int(r) // 4 for r in chunk}
+            assert len(chunk) == 4 * len(groups)  # every group in the chunk is there whole
+        for micro_rows in (rows for chunk in iter_gradient_chunks(batch, micro, 4) for rows in chunk):
+            assert len(micro_rows) <= micro
+
+
+@pytest.mark.parametrize("micro", [1, 4, 12])
+def test_taking_chunk_norms_never_changes_the_actor_gradient(policy, rollout, micro):
+    batch, rewards = rollout
+    adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
+    grads = []
+    for chunk_norms in (None, "take"):
+        model = copy.deepcopy(policy.model)
+        norms = ChunkNorms(model.parameters()) if chunk_norms else None
+        accumulate_policy_gradient(model, batch, adv, micro, 0.2, samples_per_prompt=4, chunk_norms=norms)
+        grads.append([p.grad for p in model.parameters()])
+        if norms is not None:
+            assert len(norms.squared_norms) == (3 if micro < 8 else 2)
+    for with_norms, without in zip(*grads):
+        torch.testing.assert_close(with_norms, without, rtol=1e-5, atol=1e-8)
+
+
+def test_taking_chunk_norms_never_changes_the_critic_gradient(policy, rollout):
+    batch, rewards = rollout
+    torch.manual_seed(0)
+    critic = build_value_model(policy.model)
+    values_old = torch.zeros(batch.response_mask.shape)
+    returns = rewards[:, None] * batch.response_mask
+    grads = []
+    for take in (False, True):
+        model = copy.deepcopy(critic)
+        norms = ChunkNorms(model.parameters()) if take else None
+        accumulate_value_gradient(model, batch, values_old, returns, 4, None, samples_per_prompt=4, chunk_norms=norms)
+        grads.append([p.grad for p in model.parameters()])
+    for with_norms, without in zip(*grads):
+        torch.testing.assert_close(with_norms, without, rtol=1e-5, atol=1e-8)
+
+
+def grpo_plan(random_model_dir, micro):
+    cfg = load_config(None, [f"model.name='{random_model_dir}'", "batch.prompts_per_step=3", "batch.samples_per_prompt=4",
+                             f"batch.micro_batch_size={micro}", "batch.reference_samples_per_step=12"])
+    return cfg, derive_plan(cfg)
+
+
+def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size(policy, rollout, random_model_dir):
+    batch, rewards = rollout
+    adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
+    params, stats = {}, {}
+    for micro in (1, 4, 12):
+        cfg, plan = grpo_plan(random_model_dir, micro)
+        model = copy.deepcopy(policy.model)
+        stats[micro] = update_policy(model, build_optimizer(model.parameters(), cfg.optim, 1e-3), batch, adv, plan,
+                                     cfg.algorithm, cfg.optim.max_grad_norm)
+        params[micro] = [p.detach() for p in model.parameters()]
+        assert {"gns/grad_sq", "gns/trace_sigma"} <= stats[micro].keys()
+    assert stats[1]["gns/trace_sigma"] == pytest.approx(stats[4]["gns/trace_sigma"], rel=1e-4)  # the same chunks
+    for p1, p4, p12 in zip(params[1], params[4], params[12]):  # 1% of one Adam step (see test_microbatch_equivalence)
+        torch.testing.assert_close(p1, p12, rtol=0, atol=1e-5)
+        torch.testing.assert_close(p4, p12, rtol=0, atol=1e-5)

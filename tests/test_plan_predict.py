@@ -1,0 +1,152 @@
+"""`batchscale plan --predict RUN_DIR`: on synthetic runs with a known B_noise the rN table is the formula's exactly;
+phase times follow the profiles; B_noise is the median of the logged EMA over the second half; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from document_fixtures import write_generation_profile, write_training_profile
+
+from batchscale.analysis.synthetic import write_synthetic_run
+from batchscale.cli import main
+from batchscale.rundir import GenerationProfile, TrainingProfile, read_document, read_run
+
+B_NOISE = 512.0
+
+
+def run_plan(capsys, *args) -> tuple[int, str, str]:
+    code = main(["plan", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    """P = 16 x G = 8: B_ref = 128 samples per step; each phase 0.5 s; gns/b_noise = 512 at every step."""
+    return write_synthetic_run(tmp_path / "run", "p16", 0, 16, noise_scale=B_NOISE, gns_sd=0.0)
+
+
+def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--batches", "32,256,1024,4096", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["b_noise"] == {"value": B_NOISE, "low": B_NOISE, "high": B_NOISE}
+    assert doc["reference"]["samples_per_step"] == 128 and doc["reference"]["label"] == "p16"
+    rows = {r["samples_per_step"]: r for r in doc["rows"]}
+    assert sorted(rows) == [32, 128, 256, 1024, 4096]  # the reference is always a row
+    for batch, row in rows.items():
+        assert set(row) >= {"samples_per_step", "r_n_predicted", "throughput_gain", "time_to_target_normalized"}
+        assert row["r_n_predicted"] == (1 + batch / B_NOISE) / (1 + 128 / B_NOISE)
+        assert row["throughput_gain"] == pytest.approx(1.0)  # no profile: constant samples/s
+        assert row["time_to_target_normalized"] == pytest.approx(row["r_n_predicted"])
+    assert doc["best"] == {"samples_per_step": 32, "low": 32, "high": 32}  # no speed-up: the smallest batch wins
+
+
+def test_predict_with_profiles_follows_each_phase_model(run_dir, tmp_path, capsys):
+    gen_path = write_generation_profile(tmp_path / "gen.json")
+    train_path = write_training_profile(tmp_path / "train.json")
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--generation-profile", gen_path,
+                            "--training-profile", train_path, "--batches", "64,256,512,2048", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    b_half = read_document(gen_path, GenerationProfile).knee.b_half
+    fit = read_document(train_path, TrainingProfile).fit
+
+    def step_s(batch):  # the run's 0.5 s of generation and 0.5 s of training carried by each profile's ratio
+        generation = 0.5 * (batch + b_half) / (128 + b_half)
+        training = 0.5 * (fit.seconds_fixed + fit.seconds_per_token * 40 * batch) / (
+            fit.seconds_fixed + fit.seconds_per_token * 40 * 128)
+        return generation + training
+
+    for row in doc["rows"]:
+        batch = row["samples_per_step"]
+        gain = (batch / step_s(batch)) / (128 / step_s(128))
+        assert row["throughput_gain"] == pytest.approx(gain, rel=1e-9)
+        assert row["time_to_target_normalized"] == pytest.approx(row["r_n_predicted"] / gain, rel=1e-9)
+    times = {r["samples_per_step"]: r["time_to_target_normalized"] for r in doc["rows"]}
+    assert doc["best"]["samples_per_step"] == min(times, key=times.get)
+    assert "knee fit" in doc["throughput_method"] and "profile fit" in doc["throughput_method"]
+
+
+def test_b_noise_is_the_median_of_the_second_half_with_its_spread(tmp_path, capsys):
+    run_dir = write_synthetic_run(tmp_path / "noisy", "p16", 0, 16, noise_scale=B_NOISE, gns_sd=0.3)
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    steps = read_run(run_dir).steps
+    inverse = [1 / r["gns/b_noise"] for r in steps[len(steps) // 2:]]  # percentiles of 1/B_noise, turned back
+    assert doc["b_noise"]["value"] == pytest.approx(1 / float(np.median(inverse)))
+    assert doc["b_noise"]["low"] == pytest.approx(1 / float(np.percentile(inverse, 90)))
+    assert doc["b_noise"]["high"] == pytest.approx(1 / float(np.percentile(inverse, 10)))
+    logged = sorted(1 / x for x in inverse)
+    assert logged[len(logged) // 2 - 1] <= doc["b_noise"]["value"] <= logged[len(logged) // 2]  # a median
+    assert doc["b_noise_steps"] == len(logged)
+    assert doc["best"]["low"] <= doc["best"]["samples_per_step"] <= doc["best"]["high"]
+    # the text table says the same
+    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    assert code == 0 and "Predicted best" in out and "B_noise" in out
+
+
+def test_roofline_marks_candidates_whose_kv_cache_does_not_fit(run_dir, capsys):
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--model", "Qwen2.5-7B", "--hardware", "H100-SXM",
+                            "--context", "8192", "--batches", "64,4096", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    feasible = {r["samples_per_step"]: r["feasible"] for r in doc["rows"]}
+    assert feasible[64] and not feasible[4096]
+    assert doc["best"]["samples_per_step"] != 4096
+    gains = {r["samples_per_step"]: r["throughput_gain"] for r in doc["rows"]}
+    assert gains[64] < 1 < gains[4096]  # decode amortizes its weights over more sequences
+
+
+def test_unresolved_noise_scale_predicts_no_penalty(run_dir, capsys):
+    """Steps that logged gns/b_noise null (no true gradient above the noise) count as infinite: with most of the
+    second half so, B_noise is null in JSON and every batch's predicted rN is 1."""
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for r in records:
+        if r["kind"] == "step" and r["step"] % 4:
+            r["gns/b_noise"] = None
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["b_noise"] == {"value": None, "low": B_NOISE, "high": None}
+    assert doc["b_noise_unresolved_steps"] == 48 and doc["b_noise_steps"] == 64
+    assert all(r["r_n_predicted"] == 1.0 for r in doc["rows"])
+    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    assert code == 0 and "unresolved" in out
+
+
+def strip_noise_scale(run_dir):
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps({k: v for k, v in r.items() if not k.startswith("gns/")}) + "\n"
+                               for r in records))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--batches", "64,zero"], "--batches"),
+    (["--batches", "0"], "--batches"),
+    (["--training-profile", "t.json", "--model", "Qwen2.5-7B", "--hardware", "H100-SXM"], "not both"),
+    (["--model", "Qwen2.5-7B"], "--model/--hardware"),
+])
+def test_bad_input_is_one_clear_line(run_dir, capsys, args, needle):
+    code, _, err = run_plan(capsys, "--predict", run_dir, *args)
+    assert code == 2 and needle in err and "Fix:" in err and "Traceback" not in err
+
+
+def test_a_run_without_the_noise_scale_says_so(run_dir, capsys):
+    strip_noise_scale(run_dir)
+    code, _, err = run_plan(capsys, "--predict", run_dir)
+    assert code == 2 and "gns/b_noise" in err and "Traceback" not in err
+
+
+def test_predict_refuses_a_sweep_and_predict_only_flags_without_it(run_dir, tmp_path, capsys):
+    code, _, err = run_plan(capsys, tmp_path, "--predict", run_dir)
+    assert code == 2 and "--predict" in err
+    code, _, err = run_plan(capsys, tmp_path, "--batches", "64")
+    assert code == 2 and "--predict only" in err

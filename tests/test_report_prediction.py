@@ -1,0 +1,28 @@
+"""The report's closing note (issue 16): predicted vs measured rN for every label, the predicted and the measured best,
+and the compute the prediction needed, from analysis.json's `prediction`; the rN figure draws both."""
+
+from __future__ import annotations
+
+import warnings
+
+from report_fixtures import WINNER, make_timed_sweep
+
+from batchscale.analysis.analyze import analyze
+from batchscale.report.build import write_report
+
+
+def test_closing_note_in_markdown_and_html(tmp_path):
+    sweep = make_timed_sweep(tmp_path / "sweep")
+    with warnings.catch_warnings(record=True):
+        analysis = analyze(sweep)
+        written = write_report(sweep)
+    markdown = written["report_md"].read_text()
+    note = markdown.split("## Closing note", 1)[1].split("##", 1)[0]
+    for label in analysis["configs"]:
+        assert label in note, label
+    # the synthetic sweep's learning law is the noise-scale law with B_noise = 2048, so the prediction finds the winner
+    assert f"Predicted best: {WINNER}" in note and f"measured best: {WINNER}" in note
+    fraction = analysis["prediction"]["compute_fraction"]
+    assert 0 < fraction < 1 and f"{fraction:.1%} of the sweep's compute" in note
+    html = written["report_html"].read_text()
+    assert 'id="prediction"' in html and f"Predicted best: {WINNER}" in html
