@@ -86,3 +86,23 @@ def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size
     for p1, p4, p12 in zip(params[1], params[4], params[12]):  # 1% of one Adam step (see test_microbatch_equivalence)
         torch.testing.assert_close(p1, p12, rtol=0, atol=1e-5)
         torch.testing.assert_close(p4, p12, rtol=0, atol=1e-5)
+
+
+def test_a_step_of_several_updates_logs_the_first_updates_gradient_norm(policy, rollout, random_model_dir, monkeypatch):
+    """With epochs x mini-batches > 1, grad_norm/actor is the norm of the first update (taken at the sampling policy
+    over fresh samples), not the mean over the step's updates, which later epochs would pull down."""
+    from batchscale import update
+
+    batch, rewards = rollout
+    adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
+    cfg = load_config(None, [f"model.name='{random_model_dir}'", "batch.prompts_per_step=3", "batch.samples_per_prompt=4",
+                             "batch.micro_batch_size=2", "batch.reference_samples_per_step=12", "algorithm.name='ppo'",
+                             "algorithm.ppo_epochs=2", "algorithm.ppo_mini_batches=3"])
+    plan = derive_plan(cfg)
+    norms = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
+    real_step = update.clip_and_step
+    monkeypatch.setattr(update, "clip_and_step", lambda model, opt, limit: (real_step(model, opt, limit), next(norms))[1])
+    model = copy.deepcopy(policy.model)
+    stats = update.update_policy(model, build_optimizer(model.parameters(), cfg.optim, 1e-3), batch, adv, plan,
+                                 cfg.algorithm, cfg.optim.max_grad_norm)
+    assert plan.updates_per_step == 6 and stats["grad_norm/actor"] == 3.0

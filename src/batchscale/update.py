@@ -75,8 +75,11 @@ def accumulate_policy_gradient(
 def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tensor, plan, algo_cfg,
                   max_grad_norm: float | None, ref_model=None, compute_dtype: torch.dtype = torch.float32) -> dict:
     """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics, averaged
-    over the updates; `grad_norm/actor` is before clipping; `gns/grad_sq` and `gns/trace_sigma` are the gradient
-    noise estimates of each update (telemetry.gradnoise), absent when an update holds a single prompt group."""
+    over the updates, except `grad_norm/actor`: the first update's norm, before clipping. Only the first update's
+    gradient is taken at the policy that sampled the batch, over samples_per_update fresh samples, so it is the norm
+    the gradient-noise fit |g|^2 = a + b/B compares across batches (later epochs see a moved policy). `gns/grad_sq`
+    and `gns/trace_sigma` are the gradient noise estimates of each update (telemetry.gradnoise), absent when an update
+    holds a single prompt group."""
     logp_old = None
     if plan.updates_per_step > 1:  # later updates must compare against the sampling policy, so store it first
         with autocast(compute_dtype, batch.input_ids.device.type):
@@ -92,4 +95,4 @@ def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tens
             samples_per_prompt=plan.samples_per_prompt, chunk_norms=chunk_norms)
         grad_norm = clip_and_step(model, optimizer, max_grad_norm)
         records.append({"grad_norm/actor": grad_norm, **stats, **chunk_norms.noise_terms(grad_norm, len(mini))})
-    return mean_stats(records)
+    return {**mean_stats(records), "grad_norm/actor": records[0]["grad_norm/actor"]}
