@@ -17,6 +17,7 @@ def test_quick_demo_produces_a_report_with_the_decision(tmp_path, capsys):
     labels = {row["label"] for row in result["rows"]}
     assert labels == {"grpo-P8-G8-sqrt", "grpo-P16-G8-sqrt", "grpo-P32-G8-sqrt", "grpo-P32-G8-none"}
     assert result["best"] in labels and result["reference"] == "grpo-P8-G8-sqrt"
+    assert isinstance(result["resolved"], bool) and (result["resolved"] or result["why_unresolved"])
     assert set(result["seconds"]) == {"sweep", "profiles", "analysis", "report"}
     for name in ("sweep.toml", "analysis.json", "plan.json", "report.html", "report.md", "demo.json",
                  "profiles/generation.json", "profiles/training.json"):

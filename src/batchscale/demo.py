@@ -112,16 +112,18 @@ def run_demo(out: Path, quick: bool = False) -> dict:
     report = build_report(out, out / GENERATION_PROFILE_FILE, out / TRAINING_PROFILE_FILE)
     done(mark)
 
-    result = {"out": str(out), "report": str(report), "best": plan["best"], "explanation": plan["explanation"],
-              "regime": plan["regime"], "reference": plan["reference"], "target": analysis["target"],
-              "seconds": seconds, "rows": plan["rows"]}
+    result = {"out": str(out), "report": str(report), "best": plan["best"], "runner_up": plan["runner_up"],
+              "resolved": plan["resolved"], "why_unresolved": plan["why_unresolved"],
+              "explanation": plan["explanation"], "regime": plan["regime"], "reference": plan["reference"],
+              "target": analysis["target"], "seconds": seconds, "rows": plan["rows"]}
     write_json_atomic(out / "demo.json", result)
     return result
 
 
 def summarize_demo(result: dict) -> str:
+    verdict = "resolved" if result["resolved"] else f"not resolved: {result['why_unresolved']}"
     lines = [f"decision: {result['best']} (reference {result['reference']}, target {result['target']})",
-             f"why: {result['explanation']}"]
+             f"verdict: {verdict}", f"why: {result['explanation']}"]
     regime = result.get("regime")
     if isinstance(regime, dict):
         lines.append(f"regime: {regime.get('name')}: {regime.get('sentence', '')}")
