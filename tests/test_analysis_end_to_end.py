@@ -44,7 +44,7 @@ def test_schema_is_exactly_the_issues(analysed):
     result, out_dir = analysed
     assert set(result) == {"schema_version", "reference", "target", "target_rule", "configs", "grad_norm_slope",
                            "b_simple", "smooth_window", "learning_signal", "why_no_signal",
-                           "prediction"}
+                           "prediction", "score"}
     assert result["learning_signal"] is True and result["why_no_signal"] is None and result["smooth_window"] == 1
     for config in result["configs"].values():
         assert set(config) == CONFIG_KEYS

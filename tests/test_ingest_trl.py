@@ -148,6 +148,19 @@ def test_analyze_train_reward_scores_runs_without_evals_and_says_so(tmp_path, ca
     assert "training reward reward/mean" in result["target_rule"] and "not a held-out eval" in captured.err
     assert result["configs"]["p2"]["samples_to_target"]["mean"] < result["configs"]["p4"]["samples_to_target"]["mean"]
     assert "training reward reward/mean" in (sweep / "report.md").read_text()
+    assert result["score"] == "train-reward"
+
+
+def test_a_plan_on_training_reward_curves_says_so(tmp_path, capsys):
+    from batchscale.analysis.synthetic import write_synthetic_sweep
+    from batchscale.cli import main
+
+    sweep = write_synthetic_sweep(tmp_path / "sweep", prompts_per_step=(4, 8), seeds=(0, 1), control_prompts_per_step=None)
+    for score, said in (("eval", False), ("train-reward", True)):
+        assert main(["analyze", str(sweep), "--score", score, "--json"]) == 0
+        capsys.readouterr()
+        assert main(["plan", str(sweep), "--json"]) == 0
+        assert ("from the training reward" in json.loads(capsys.readouterr().out)["explanation"]) is said
 
 
 def test_analyze_refuses_an_unknown_score(tmp_path, capsys):

@@ -53,6 +53,7 @@ class SweepInputs:
     profile_path: Path | None
     profile: GenerationProfile | None = None
     no_signal: str | None = None  # analysis.json why_no_signal when there is no learning signal
+    score: str = "eval"  # analysis.json score: "train-reward" when the curves are the training reward
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path
         profile_path=profile_path,
         profile=profile,
         no_signal=None if analysis.learning_signal else analysis.why_no_signal,
+        score=analysis.score,
     )
 
 

@@ -37,7 +37,7 @@ def make_plan(
         measurements = load_table(table)
         reference = reference if reference is not None else measurements[0].label
         source = {"source": "table", "table": str(table), "throughput_method": "as given in the table"}
-        gen_knee, b_simple, profile, no_signal = None, None, None, None
+        gen_knee, b_simple, profile, no_signal, score = None, None, None, None, "eval"
     else:
         sweep = load_sweep(path, reference, generation_profile)
         measurements, reference = sweep.measurements, sweep.reference
@@ -46,7 +46,7 @@ def make_plan(
             "throughput_method": THROUGHPUT_METHOD, "generation_profile": str(sweep.profile_path or "") or None,
         }
         gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
-        profile, no_signal = sweep.profile, sweep.no_signal
+        profile, no_signal, score = sweep.profile, sweep.no_signal, sweep.score
     for name, value in (("--critical-generation-batch", critical_generation_batch),
                         ("--critical-training-batch", critical_training_batch)):  # fmt: skip
         if value is not None and not (value > 0 and math.isfinite(value)):
@@ -62,7 +62,14 @@ def make_plan(
         reachable_knee(gen_knee, profile, memory)
     regime = classify_regime(knee, critical_training_batch if critical_training_batch is not None else b_simple,
                              knee_note)
-    return decision, explain_decision(decision), regime, source
+    explanation = explain_decision(decision)
+    if score == "train-reward":
+        explanation += f" {TRAIN_REWARD_CAVEAT}"
+    return decision, explanation, regime, source
+
+
+TRAIN_REWARD_CAVEAT = ("N* and rN come from the training reward (analyze --score train-reward), measured on the "
+                       "training prompts, not a held-out eval.")
 
 
 def reachable_knee(knee: float | None, profile, memory: MemoryLimit | None) -> tuple[float | None, str | None]:

@@ -111,6 +111,7 @@ class AnalysisDocument(Document):
     grad_norm_slope: float | None
     b_simple: float | None  # the critical training batch, samples per update
     smooth_window: int = 1  # centred moving average over this many evals (1: raw evals)
+    score: Literal["eval", "train-reward"] = "eval"  # the curve: eval records, or the steps' training reward
     learning_signal: bool = True  # some label rises clearly above its start; False: no verdict can be drawn
     why_no_signal: str | None = None
     prediction: NoiseScalePrediction | None = None  # None: the reference's runs log no gns/b_noise
