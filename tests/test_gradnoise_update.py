@@ -22,9 +22,9 @@ from batchscale.update import accumulate_policy_gradient, update_policy
 
 def test_chunks_hold_whole_groups_and_cover_the_batch(rollout):
     batch, _ = rollout
-    for micro, sizes in ((1, [4, 4, 4]), (4, [4, 4, 4]), (8, [8, 4]), (12, [8, 4])):
+    for micro in (1, 4, 8, 12):  # two halves of whole groups whatever the micro-batch: 2 groups and 1
         chunks = [torch.cat(chunk) for chunk in iter_gradient_chunks(batch, micro, 4)]
-        assert [len(c) for c in chunks] == sizes, micro
+        assert [len(c) for c in chunks] == [8, 4], micro
         assert sorted(torch.cat(chunks).tolist()) == list(range(12))
         for chunk in chunks:
             groups = {int(r) // 4 for r in chunk}
@@ -44,7 +44,7 @@ def test_taking_chunk_norms_never_changes_the_actor_gradient(policy, rollout, mi
         accumulate_policy_gradient(model, batch, adv, micro, 0.2, samples_per_prompt=4, chunk_norms=norms)
         grads.append([p.grad for p in model.parameters()])
         if norms is not None:
-            assert len(norms.squared_norms) == (3 if micro < 8 else 2)
+            assert len(norms.squared_norms) == 2
     for with_norms, without in zip(*grads):
         torch.testing.assert_close(with_norms, without, rtol=1e-5, atol=1e-8)
 
@@ -82,7 +82,9 @@ def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size
                                      cfg.algorithm, cfg.optim.max_grad_norm)
         params[micro] = [p.detach() for p in model.parameters()]
         assert {"gns/grad_sq", "gns/trace_sigma"} <= stats[micro].keys()
-    assert stats[1]["gns/trace_sigma"] == pytest.approx(stats[4]["gns/trace_sigma"], rel=1e-4)  # the same chunks
+    for micro in (1, 4):  # the same two chunks at every micro-batch size: the same estimate, up to float rounding
+        for key in ("gns/grad_sq", "gns/trace_sigma"):
+            assert stats[micro][key] == pytest.approx(stats[12][key], rel=1e-3, abs=1e-6), (micro, key)
     for p1, p4, p12 in zip(params[1], params[4], params[12]):  # 1% of one Adam step (see test_microbatch_equivalence)
         torch.testing.assert_close(p1, p12, rtol=0, atol=1e-5)
         torch.testing.assert_close(p4, p12, rtol=0, atol=1e-5)

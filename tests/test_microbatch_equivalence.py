@@ -84,8 +84,8 @@ def test_length_sorted_micro_batches_equal_batch_order(policy, aggregation, kl_c
     grads_s, norm_s, params_s, stats_s = one_update(policy, 4, aggregation, kl_coef, sort_by_length=True)
     grads_u, norm_u, params_u, stats_u = one_update(policy, 4, aggregation, kl_coef, sort_by_length=False)
     assert norm_s == pytest.approx(norm_u, rel=1e-5)
-    for key in stats_u:
-        assert stats_s[key] == pytest.approx(stats_u[key], rel=1e-5, abs=1e-8), key
+    for key in stats_u:  # the GRPO loss sums to ~0 from shares of ~0.1: float32 rounding of the shares is ~1e-8
+        assert stats_s[key] == pytest.approx(stats_u[key], rel=1e-5, abs=1e-7), key
     for gs, gu in zip(grads_s, grads_u):
         torch.testing.assert_close(gs, gu, rtol=1e-4, atol=1e-7)
     for ps, pu in zip(params_s, params_u):  # 1% of one Adam step, as above

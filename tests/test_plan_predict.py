@@ -150,3 +150,19 @@ def test_predict_refuses_a_sweep_and_predict_only_flags_without_it(run_dir, tmp_
     assert code == 2 and "--predict" in err
     code, _, err = run_plan(capsys, tmp_path, "--batches", "64")
     assert code == 2 and "--predict only" in err
+
+
+def test_phase_models_without_fits_interpolate_the_profile_rows():
+    """No knee: responses/s interpolated log-log between concurrencies, proportional to c below the smallest, flat
+    past the largest, and waves of max_concurrency; no cost fit: seconds per sample interpolated the same way."""
+    from document_fixtures import generation_profile
+
+    from batchscale.plan import phase_times
+
+    profile = generation_profile([2, 8], [80.0, 160.0]).model_copy(update={"knee": None})  # 10 and 20 responses/s
+    generation = phase_times.generation_from_profile(profile, max_concurrency=None)
+    assert generation.seconds(4) == pytest.approx(4 / (10 * 2 ** 0.5))  # halfway in log c: sqrt(10 * 20)
+    assert generation.seconds(1) == pytest.approx(1 / 5.0) and generation.seconds(32) == pytest.approx(32 / 20.0)
+    capped = phase_times.generation_from_profile(profile, max_concurrency=8)
+    assert capped.seconds(64) == pytest.approx(64 / 20.0)  # decodes in waves of 8 at 20 responses/s
+    assert "rows interpolated" in generation.method

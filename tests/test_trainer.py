@@ -61,7 +61,7 @@ def test_run_directory_follows_the_contract(run_dir):
     for record in read_records(run_dir):
         if record["kind"] == "step":
             assert required <= record.keys()
-            # 4 prompt groups of 3 in micro-batches of 4: chunks of one group each, so the noise scale is estimated
+            # 4 prompt groups of 3: two halves of 2 groups each, so the noise scale is estimated
             assert {"gns/grad_sq", "gns/trace_sigma", "gns/b_noise"} <= record.keys()
             assert record["time/generate"] + record["time/train"] <= record["time/step"]
         else:

@@ -80,22 +80,24 @@ def iter_micro_batches(batch: SequenceBatch, micro_batch_size: int, sort_by_leng
 
 def iter_gradient_chunks(batch: SequenceBatch, micro_batch_size: int, samples_per_prompt: int = 1,
                          sort_by_length: bool = True) -> Iterator[list[torch.Tensor]]:
-    """The micro-batches of a gradient-accumulating update, grouped into chunks of whole prompt groups (the rows of
-    a group are contiguous: prompt-major). Each chunk is a list of micro-batch row indices; the chunks cover the
-    batch once. A chunk holds as many whole groups as fit in a micro-batch (at least one) and the batch splits into
-    at least two chunks when it holds two groups, so the gradient-noise estimate (telemetry.gradnoise) has a smaller
-    batch to compare with: with one micro-batch per update, the update runs as two half-batches. Sorted: groups by
-    their longest row, then each chunk's rows longest first (stable); unsorted: batch order. A chunk larger than
-    `micro_batch_size` (groups larger than a micro-batch) runs in pieces of at most that many rows."""
+    """The micro-batches of a gradient-accumulating update, in two chunks of whole prompt groups (the rows of a group
+    are contiguous: prompt-major), so the gradient-noise estimate (telemetry.gradnoise) has a smaller batch, half
+    the update, to compare with: correlated responses of one prompt never straddle the two. Each chunk is a list of
+    micro-batch row indices, of at most `micro_batch_size` rows; the chunks cover the batch once (an update of one
+    prompt group is one chunk). Sorted: groups by their longest row, the longer half of them first, then each
+    chunk's rows longest first (stable), so micro-batches still pack rows of similar length; unsorted: batch order.
+
+    Why two halves and not one chunk per micro-batch: whole groups in every micro-batch pad each to its group's
+    longest response, which took 1.32x the update time of length-sorted micro-batches on SmolLM2-135M (docs/LOG.md,
+    issue 16); two halves keep most of the sort, and in the many dimensions of a model's gradient the estimate
+    from two halves is nearly as precise as from many chunks (telemetry.gradnoise)."""
     lengths = batch.attention_mask.sum(dim=1)  # (N,)
     groups = len(batch) // samples_per_prompt
     offsets = torch.arange(samples_per_prompt, device=lengths.device)  # (G,)
     group_lengths = lengths.view(groups, samples_per_prompt).max(dim=1).values  # (P,)
     group_order = (torch.argsort(group_lengths, descending=True, stable=True) if sort_by_length
                    else torch.arange(groups, device=lengths.device))  # (P,)
-    groups_per_chunk = max(1, micro_batch_size // samples_per_prompt)
-    num_chunks = min(groups, max(2, -(-groups // groups_per_chunk)))
-    for chunk_groups in group_order.tensor_split(num_chunks):
+    for chunk_groups in group_order.tensor_split(min(groups, 2)):
         rows = (chunk_groups[:, None] * samples_per_prompt + offsets).flatten()  # (n,)
         if sort_by_length:
             rows = rows[torch.argsort(lengths[rows], descending=True, stable=True)]

@@ -70,7 +70,7 @@ def accumulate_value_gradient(
     samples_per_prompt: int = 1,
     chunk_norms: ChunkNorms | None = None,
 ) -> dict:
-    """Sum the micro-batch gradients of the batch value loss into .grad, chunk by chunk of whole prompt groups, as the
+    """Sum the micro-batch gradients of the batch value loss into .grad, in two chunks of whole prompt groups, as the
     actor does (`update.accumulate_policy_gradient`). Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}

@@ -12,7 +12,7 @@ GRPO, PPO and ReMax share this loop, which has no per-algorithm branch: it asks 
 `time/generate_baseline`); with `needs_critic` it holds a `critic.Critic`, computes its values before the advantages
 and updates it after the actor (both timed as `time/train_critic`, apart from the actor's `time/train`).
 
-Every step also logs the online gradient noise scale of the actor (and the critic): the update's per-chunk gradient
+Every step also logs the online gradient noise scale of the actor (and the critic): the update's per-half gradient
 norms give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held here across steps gives
 `gns/b_noise`, in samples.
 

@@ -13,8 +13,8 @@ Micro-batches are formed from the rows sorted by length and the LM head runs on 
 (`batching`: execution-only, the equivalence tests bound the difference to float rounding). With `compute_dtype`
 bfloat16 each forward runs under bf16 autocast over the float32 weights (`precision`).
 
-The gradient norm is logged before clipping: it is the paper's gradient-noise proxy. Micro-batches run in chunks of
-whole prompt groups (`batching.iter_gradient_chunks`), and the squared norm of each chunk's gradient is read off the
+The gradient norm is logged before clipping: it is the paper's gradient-noise proxy. Micro-batches run in two chunks,
+the halves of the update's prompt groups (`batching.iter_gradient_chunks`), and the squared norm of each chunk's gradient is read off the
 accumulation (`telemetry.chunk_norms`) for the online gradient noise scale (`telemetry.gradnoise`).
 """
 
@@ -44,7 +44,7 @@ def accumulate_policy_gradient(
     samples_per_prompt: int = 1,
     chunk_norms: ChunkNorms | None = None,
 ) -> dict:
-    """Sum the micro-batch gradients of the batch loss into .grad, chunk by chunk of whole prompt groups
+    """Sum the micro-batch gradients of the batch loss into .grad, in two chunks of whole prompt groups
     (`batching.iter_gradient_chunks`); `chunk_norms`, when given, records each chunk's squared gradient norm on the way.
     Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)

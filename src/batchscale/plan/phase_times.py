@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from batchscale.errors import UserError
 from batchscale.rundir import GenerationProfile, TrainingProfile
 
 
@@ -44,7 +45,10 @@ def generation_from_profile(profile: GenerationProfile, max_concurrency: int | N
         q_max, b_half = profile.knee.q_max, profile.knee.b_half
         rate, how = (lambda c: q_max * c / (c + b_half)), f"knee fit (B_half {b_half:.3g})"
     else:
-        levels = sorted((row.concurrency, row.responses_per_s) for row in profile.rows)
+        levels = sorted((row.concurrency, row.responses_per_s) for row in profile.rows if row.responses_per_s > 0)
+        if not levels:
+            raise UserError("--generation-profile", "has no knee fit and no row with responses_per_s > 0",
+                            "rerun `batchscale profile generation --json`")
         rate, how = _interpolate_rate([c for c, _ in levels], [q for _, q in levels]), "rows interpolated"
     return PhaseModel(_in_waves(rate, max_concurrency), f"generation: profile {how}")
 
@@ -63,7 +67,11 @@ def training_from_profile(profile: TrainingProfile) -> PhaseModel:
         fixed, per_token = max(profile.fit.seconds_fixed, 0.0), profile.fit.seconds_per_token
         return PhaseModel(lambda batch: fixed + per_token * tokens_per_sample * batch,
                           f"training: profile fit ({fixed:.3g} s + {per_token:.3g} s/token)")
-    levels = sorted((row.samples_per_update, row.seconds / row.samples_per_update) for row in profile.rows)
+    levels = sorted((row.samples_per_update, row.seconds / row.samples_per_update) for row in profile.rows
+                    if row.seconds > 0)
+    if not levels:
+        raise UserError("--training-profile", "has no cost fit and no row with seconds > 0",
+                        "rerun `batchscale profile training --json`")
     per_sample = _interpolate_log_log([b for b, _ in levels], [s for _, s in levels])
     return PhaseModel(lambda batch: batch * per_sample(batch), "training: profile rows interpolated")
 
