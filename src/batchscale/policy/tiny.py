@@ -159,6 +159,9 @@ def build_tiny(task_cfg, log=print) -> Path:
             f"slip into [{low}, {high}]; about 2 minutes on 2 cores)")
 
     def build(staging: Path) -> None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # batchscale draws its own progress; a shard-writing bar only adds noise
         fields = {k: v for k, v in task_fields.items() if k != "name"}
         task = ArithmeticTask(**fields)  # its eval set is the one `batchscale train` evaluates on
         tokenizer = build_char_tokenizer()
