@@ -51,17 +51,14 @@ def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> No
 
 
 def load_profiled_policy(model_cfg, device: str, log=print):
-    """The policy a profiler measures, on `device` ("auto": CUDA when present), with the built-in task for its
-    prompts. Returns (policy, task, device)."""
-    import torch
-
+    """The policy a profiler measures, on `device` (spelled as `run.device`: "auto" is CUDA when present), with the
+    built-in task for its prompts. Returns (policy, task, device)."""
     from batchscale.config import TaskConfig
+    from batchscale.device import resolve_device
     from batchscale.policy.load import load_policy
     from batchscale.tasks import build_task
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device(device, "--device"))
     task_cfg = TaskConfig()
-    policy = load_policy(model_cfg, task_cfg, log)
-    policy.model.to(device)
+    policy = load_policy(model_cfg, task_cfg, log, device)
     return policy, build_task(task_cfg), device

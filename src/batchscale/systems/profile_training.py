@@ -153,6 +153,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
 
     from batchscale.config import ModelConfig, OptimConfig
     from batchscale.cpu import native_bf16_cpu
+    from batchscale.device import resolve_device
     from batchscale.optimization import build_optimizer
     from batchscale.precision import COMPUTE_DTYPES, resolve_compute_dtype
     from batchscale.systems.knee import fit_training_cost
@@ -160,10 +161,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     validate_micro_batch(batches, micro_batch_size)
     if repeats < 1:
         raise UserError("repeats", f"must be >= 1, got {repeats}", "pass --repeats 1 or more")
-    if device not in ("auto", "cpu", "cuda"):
-        raise UserError("device", f"unknown device {device!r}", "use auto, cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("device", "cuda is not available on this machine", "use --device cpu")
+    resolve_device(device, "--device")  # before the model loads
     if compute_dtype not in ("auto", *COMPUTE_DTYPES):
         raise UserError("--compute-dtype", f"unknown value {compute_dtype!r}", "use auto, float32 or bfloat16")
     if compute_dtype == "float32" and dtype == "bfloat16":
