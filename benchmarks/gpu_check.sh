@@ -29,7 +29,7 @@ SUMMARY_RESERVE_S=15   # kept back for the summary, which always runs
 PY="$ROOT/.venv/bin/python"
 BS="$ROOT/.venv/bin/batchscale"
 LEVELS="1,2,4,8,16,32,64,128,256"   # concurrency 1-256
-GEN="--concurrency $LEVELS --dtype bfloat16 --samples-per-prompt 8 --max-new-tokens 32 --repeats 1 --waves 2 --min-responses 16 --device cuda --json"
+GEN="--concurrency $LEVELS --dtype bfloat16 --samples-per-prompt 8 --max-new-tokens 32 --repeats 1 --waves 2 --min-responses 8 --device cuda --json"
 QWEN="$ROOT/examples/models/qwen2.5-0.5b"
 
 # name | limit in seconds | command (run with bash -c in the repository root; $OUT is the output directory)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -124,14 +126,28 @@ def preset_for_gpu_name(gpu_name: str) -> str | None:
     return next((preset for marker, preset in GPU_NAME_PRESETS if marker in gpu_name.upper()), None)
 
 
-def detect_gpu(device: str = "cuda") -> Hardware:
-    """The preset of the CUDA device torch sees (`roofline MODEL cuda`, the profilers' default on a GPU)."""
-    import torch
+def read_gpu_name(device: str = "cuda") -> str | None:
+    """The CUDA device's name: from torch when the process has loaded it (the profilers), else from nvidia-smi, so
+    the reading side (`plan --hardware cuda`) stays torch-free. None where there is no GPU."""
+    index = int(device.partition(":")[2] or 0)
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return torch.cuda.get_device_name(index) if torch.cuda.is_available() else None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    return names[index].strip() if index < len(names) else None
 
-    if not torch.cuda.is_available():
-        raise UserError("hardware", "'cuda' means the preset of this machine's GPU, but torch sees no CUDA device",
+
+def detect_gpu(device: str = "cuda") -> Hardware:
+    """The preset of this machine's CUDA device (`roofline MODEL cuda`, the profilers' default on a GPU)."""
+    gpu_name = read_gpu_name(device)
+    if gpu_name is None:
+        raise UserError("hardware", "'cuda' means the preset of this machine's GPU, but it has no CUDA device",
                         f"name a preset instead: {', '.join(HARDWARE_NAMES)}")
-    gpu_name = torch.cuda.get_device_name(device)
     preset = preset_for_gpu_name(gpu_name)
     if preset is None:
         raise UserError("hardware", f"no preset matches this GPU ({gpu_name})",
