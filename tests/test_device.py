@@ -17,6 +17,8 @@ import json
 import pytest
 import torch
 from devices import DEVICES
+from test_trainer import TIMING_KEYS, read_records
+from test_trainer import small_config as trainer_config
 
 from batchscale.batching import collate, token_logprobs
 from batchscale.cli import main
@@ -31,7 +33,6 @@ from batchscale.rollout.weights import resolve_compute_dtype, resolve_small_batc
 from batchscale.tasks import build_task
 from batchscale.trainer import train
 
-TIMING_KEYS = {"wall_s", "time/generate", "time/train", "time/step", "time/eval"}
 # bf16 decode vs the float32 training forward, per response token, in nats: bf16 keeps 8 significant bits, so each
 # logit carries a relative error near 2^-9. Measured on the CPU path (a bf16 copy of the float32 weights, the prompts
 # below): mean 0.0007 / max 0.0025 on the random model, mean 0.006 / max 0.07 on the warm-started tiny model, whose
@@ -45,14 +46,8 @@ def quiet(_message: str) -> None:
 
 
 def small_config(model_dir, *extra):
-    return load_config(None, [
-        f"model.name='{model_dir}'", "batch.prompts_per_step=4", "batch.samples_per_prompt=3", "batch.micro_batch_size=4",
-        "batch.reference_samples_per_step=12", "run.budget_samples=24", "run.eval_every_samples=12",
-        "task.eval_size=8", "sampling.max_new_tokens=4", "run.threads=1", *extra])
-
-
-def read_records(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """test_trainer's small run, two steps long (P*G = 12, 24 samples)."""
+    return trainer_config(model_dir, "run.budget_samples=24", "run.eval_every_samples=12", "task.eval_size=8", *extra)
 
 
 def strip_timing(records):
