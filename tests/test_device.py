@@ -6,7 +6,7 @@ CUDA marked `gpu` and skipped without a GPU).
 - Decode dtype: "auto" decodes a float32 policy in bf16 on a bf16 GPU and leaves the CPU as it was; the CPU-only bf16
   kernel is never chosen for a CUDA device.
 - On each device: the engine's greedy output equals HF `generate` (both float32); the engine's bf16 log-probs agree
-  with the float32 training forward within BF16_LOGPROB_*; a two-step GRPO run trains with every tensor there.
+  with the float32 training forward within BF16_LOGPROB_*; a two-step GRPO (and PPO, ReMax) run trains with every tensor there.
 """
 
 from __future__ import annotations
@@ -153,10 +153,14 @@ def test_bf16_engine_logprobs_agree_with_float32_training(device, model, random_
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_two_step_grpo_run(device, tmp_path):
-    """The warm-started tiny model, whose groups' rewards differ, so both updates move the policy."""
-    summary = train(small_config("tiny", f"run.device={device}"), tmp_path, log=quiet)
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "remax"])
+def test_two_step_run(device, algorithm, tmp_path):
+    """Two steps on the warm-started tiny model, whose rewards differ within a group, so the updates move the policy;
+    PPO's critic and ReMax's greedy baseline run on the device too."""
+    summary = train(small_config("tiny", f"run.device={device}", f"algorithm.name={algorithm}"), tmp_path, log=quiet)
     steps = [r for r in read_records(tmp_path) if r["kind"] == "step"]
     assert [r["step"] for r in steps] == [1, 2] and summary["samples"] == 24
-    assert all(r["grad_norm/actor"] > 0 and r["tokens/generated"] > 0 for r in steps)
+    assert all(r["tokens/generated"] > 0 for r in steps) and any(r["grad_norm/actor"] > 0 for r in steps)
+    if algorithm == "ppo":
+        assert all(r["grad_norm/critic"] > 0 for r in steps)
     assert summary["machine"]["device"].startswith(device)
