@@ -163,4 +163,4 @@ def test_two_step_run(device, algorithm, tmp_path):
     assert all(r["tokens/generated"] > 0 for r in steps) and any(r["grad_norm/actor"] > 0 for r in steps)
     if algorithm == "ppo":
         assert all(r["grad_norm/critic"] > 0 for r in steps)
-    assert summary["machine"]["device"].startswith(device)
+    assert summary["machine"]["device"].startswith(device) and ("gpu" in summary["machine"]) == (device == "cuda")

@@ -291,13 +291,14 @@ def eos_missing(response_ids: list[int], eos_id: int) -> bool:
 
 
 def machine_facts(run: Run) -> dict:
-    """Where the run ran, for the summary: results must say which CPU (and kernel flags) produced them."""
+    """Where the run ran, for the summary: results must say which CPU (and kernel flags), and GPU, produced them."""
     policy = run.policy
     return {
         "cpu": cpu_model(),
         "cpu_flags": kernel_flags(),
         "machine": platform.machine(),
         "device": str(policy.model.device),
+        **({"gpu": torch.cuda.get_device_name(policy.model.device)} if policy.model.device.type == "cuda" else {}),
         "torch_threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
         "batchscale_version": __version__,
