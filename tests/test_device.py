@@ -84,6 +84,17 @@ def test_cuda_without_a_gpu_is_refused_before_any_compute(name, random_model_dir
     assert not out.exists()  # a failed start leaves nothing behind
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without")
+def test_a_sweep_for_a_gpu_is_refused_before_its_first_run(random_model_dir, tmp_path, capsys):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'seeds = [0]\n[set]\n"model.name" = "{random_model_dir}"\n"run.device" = "cuda"\n'
+                     '"batch.micro_batch_size" = 8\n[grid]\n"batch.prompts_per_step" = [2, 4]\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out)]) == 2
+    assert "error: run.device: 'cuda' asks for a CUDA GPU" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_auto_is_the_cpu_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
