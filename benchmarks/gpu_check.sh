@@ -22,6 +22,7 @@ for arg in "$@"; do
   esac
 done
 [ -n "$OUT" ] || usage
+OUT="$(realpath -m "$OUT")"   # absolute: the stages run in the repository root
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUDGET_S="${GPU_CHECK_BUDGET_S:-530}"
@@ -59,7 +60,6 @@ if [ "$DRY" = 1 ]; then
 fi
 
 mkdir -p "$OUT/logs"
-OUT="$(cd "$OUT" && pwd)"
 cd "$ROOT" || exit 2
 export OUT PYTHONUNBUFFERED=1
 cat > "$OUT/sweep.toml" <<EOF
@@ -78,7 +78,9 @@ seeds = [0]
 EOF
 STAGE_FILE="$OUT/stages.tsv"
 printf 'stage\tstatus\tseconds\tlimit_s\tnote\n' > "$STAGE_FILE"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" 2>&1 || true
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+fi
 start=$SECONDS
 for stage in "${STAGES[@]}"; do
   IFS='|' read -r name limit cmd <<< "$stage"

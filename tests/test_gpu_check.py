@@ -5,6 +5,7 @@ every stage that did not run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,20 @@ def test_dry_run_prints_the_stages_and_their_limits_and_runs_nothing(tmp_path):
         assert int(line.split()[1]) > 0 and line.split()[2] == "s"  # every stage has its own limit
     assert "--device cuda" in done.stdout and "pytest -m gpu" in done.stdout
     assert not out.exists()
+
+
+@pytest.mark.skipif(not (BENCHMARKS.parent / ".venv" / "bin" / "python").is_file(), reason="no .venv (make install)")
+def test_a_spent_budget_skips_every_stage_and_still_writes_the_summary(tmp_path):
+    """The loop itself, without compute: with 20 s of budget (15 kept for the summary) no stage fits."""
+    out = tmp_path / "gpu"
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_check.sh"), str(out)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "GPU_CHECK_BUDGET_S": "20"})
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in (out / "stages.tsv").read_text().splitlines()[1:]]
+    assert [row[0] for row in rows] == STAGES[:-1] and {row[1] for row in rows} == {"skipped"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert {x["stage"] for x in summary["not_run_or_failed"]} == {*STAGES[:-1], "vllm"}
+    assert "install (skipped: budget spent" in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("args", [[], ["--bogus"], ["a", "b"]])
