@@ -105,7 +105,7 @@ def summarize_sweep(out: Path) -> dict:
                       learning_signal=analysis.learning_signal,
                       labels={label: {"samples_per_step": a.samples_per_step, "n_star": a.samples_to_target.mean,
                                       "r_n": a.r_n, "r_n_predicted": a.r_n_predicted}
-                              for label, a in analysis.configs.items()})
+                              for label, a in sorted(analysis.configs.items(), key=lambda kv: kv[1].samples_per_step)})
     if plan is not None:
         result.update(best=plan.best, resolved=plan.resolved, explanation=plan.explanation,
                       regime=plan.regime.model_dump(mode="json"),
