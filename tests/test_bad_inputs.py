@@ -252,6 +252,7 @@ CASES = [
     ("train-unknown-key", [*TRAIN, SET, "batch.prompt_per_step=4"], 2, "did you mean 'prompts_per_step'"),
     ("train-set-no-equals", [*TRAIN, SET, "batch.prompts_per_step"], 2, "dotted.key=value"),
     ("train-label-slash", [*TRAIN, SET, "run.label=a/b"], 2, "run.label"),
+    ("train-device-misspelt", [*TRAIN, SET, "run.device=gpu"], 2, "run.device: got 'gpu': must be 'auto', 'cpu'"),
     ("train-algorithm-unknown", [*TRAIN, SET, "algorithm.name=sac"], 2, "algorithm.name"),
     ("train-model-missing", [*TRAIN, SET, "model.name='{w}/no-model'"], 2, "model.name"),
     ("train-reward-timeout-zero", [*TRAIN, SET, "task.reward_timeout_s=0"], 2, "task.reward_timeout_s"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -116,7 +117,8 @@ class RolloutConfig(Section):
     backend: Literal["engine", "hf"] = "engine"  # "engine": continuous batching + KV cache; "hf": HF generate (reference)
     max_concurrency: int = Field(256, ge=1)  # sequences decoding together (engine) / static batch size (hf)
     # engine arithmetic: "auto" decodes a bf16/fp16 model in float32 on a CPU without native bf16 (which would emulate
-    # it), else in the model's dtype; "model" always uses the model's dtype; "float32" always upcasts
+    # it), a float32 model in bf16 on a bf16 GPU, else in the model's dtype; "model" always uses the model's dtype;
+    # "float32" always upcasts
     compute_dtype: Literal["auto", "model", "float32"] = "auto"
 
 
@@ -128,6 +130,8 @@ class RunConfig(Section):
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
     threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps torch's default
     tensorboard: bool = False
+    # where policy, reference, critic, KV cache and update live: "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
+    device: str = "auto"
 
 
 class Config(Section):
@@ -253,9 +257,20 @@ def derive_plan(cfg: Config) -> BatchPlan:
     )
 
 
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def check_device_name(name: str, field: str = "run.device") -> None:
+    """The spelling of a device; whether this machine has it is `device.resolve_device`'s question (it needs torch)."""
+    if not DEVICE_PATTERN.fullmatch(name):
+        raise UserError(field, f"got {name!r}: must be 'auto', 'cpu', 'cuda' or 'cuda:N'",
+                        f"set {field} to 'auto' (CUDA when available), 'cpu', 'cuda' or e.g. 'cuda:0'")
+
+
 def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
     """Rules that span fields. Raises UserError naming the key, the rule and the fix."""
     b = cfg.batch
+    check_device_name(cfg.run.device)
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
     if b.samples_per_prompt < min_samples_per_prompt:
         raise UserError(

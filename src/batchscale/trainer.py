@@ -40,6 +40,7 @@ from batchscale.batching import collate
 from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
 from batchscale.cpu import cpu_model, kernel_flags
 from batchscale.critic import Critic, build_critic
+from batchscale.device import resolve_device
 from batchscale.health import CollapseWatch, check_parameters, check_record, check_rewards
 from batchscale.optimization import build_optimizer
 from batchscale.policy.load import Policy, load_policy
@@ -137,9 +138,9 @@ def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
 def _build_run(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Callable[[str], None]) -> Run:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    device = resolve_device(cfg.run.device)  # a GPU that is not there fails here, before the model loads
     torch.manual_seed(cfg.run.seed)
-    policy = load_policy(cfg.model, cfg.task, log)
-    device = policy.model.device
+    policy = load_policy(cfg.model, cfg.task, log, device)  # reference model and critic are copies: same device
     compute_dtype = resolve_compute_dtype(cfg.optim.compute_dtype, policy.model.dtype, device.type)
     run = Run(
         cfg, plan, algorithm, policy, build_engine(cfg.rollout, policy), task,
@@ -151,7 +152,7 @@ def _build_run(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Ca
         timer=PhaseTimer(device),
         compute_dtype=compute_dtype,
     )
-    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params; "
+    log(f"{plan.label} seed {cfg.run.seed}: {plan.describe()}; {policy.num_params / 1e6:.2f}M params on {device}; "
         f"training arithmetic {str(compute_dtype).removeprefix('torch.')} (optim.compute_dtype = "
         f"{cfg.optim.compute_dtype!r})")
     return run
@@ -290,13 +291,14 @@ def eos_missing(response_ids: list[int], eos_id: int) -> bool:
 
 
 def machine_facts(run: Run) -> dict:
-    """Where the run ran, for the summary: results must say which CPU (and kernel flags) produced them."""
+    """Where the run ran, for the summary: results must say which CPU (and kernel flags), and GPU, produced them."""
     policy = run.policy
     return {
         "cpu": cpu_model(),
         "cpu_flags": kernel_flags(),
         "machine": platform.machine(),
         "device": str(policy.model.device),
+        **({"gpu": torch.cuda.get_device_name(policy.model.device)} if policy.model.device.type == "cuda" else {}),
         "torch_threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
         "batchscale_version": __version__,

@@ -67,7 +67,8 @@ def outcome_token_rewards(rewards: torch.Tensor, response_mask: torch.Tensor) ->
     positions = torch.arange(response_mask.shape[1], device=response_mask.device)  # (T,)
     last = (positions * (response_mask > 0)).amax(dim=1)  # (N,) index of the last response position
     token_rewards = torch.zeros_like(response_mask, dtype=rewards.dtype)  # (N, T)
-    token_rewards[torch.arange(len(rewards)), last] = rewards * (response_mask.sum(dim=1) > 0)
+    rows = torch.arange(len(rewards), device=response_mask.device)  # (N,)
+    token_rewards[rows, last] = rewards * (response_mask.sum(dim=1) > 0)
     return token_rewards
 
 

@@ -52,7 +52,7 @@ def clipped_value_loss(
     """Returns (loss, clipped-fraction numerator): the weighted sum of 0.5 * max((V - R)^2, (V_clip - R)^2)."""
     unclipped = (values - returns) ** 2  # (N, T)
     if value_clip is None:
-        return 0.5 * (unclipped * weights).sum(), torch.zeros(())
+        return 0.5 * (unclipped * weights).sum(), torch.zeros((), device=values.device)
     clipped_values = values_old + (values - values_old).clamp(-value_clip, value_clip)
     clipped = (clipped_values - returns) ** 2
     loss = 0.5 * (torch.maximum(unclipped, clipped) * weights).sum()

@@ -77,7 +77,8 @@ def smollm2_dir(log=print) -> Path:
     return build_once(target, convert, log, f"converting {SMOLLM2_GGUF} to a float checkpoint")
 
 
-def load_policy(model_cfg, task_cfg, log=print) -> Policy:
+def load_policy(model_cfg, task_cfg, log=print, device: torch.device | str = "cpu") -> Policy:
+    """The policy in eval mode (no dropout), its weights on `device` (loaded on the CPU, then moved)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -111,7 +112,7 @@ def load_policy(model_cfg, task_cfg, log=print) -> Policy:
         model = build_from_config(path, DTYPES[model_cfg.dtype], log)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
-    model.eval()  # no dropout anywhere: the update must be a deterministic function of the batch
+    model.to(device).eval()  # no dropout anywhere: the update must be a deterministic function of the batch
     return Policy(model, tokenizer, model_cfg.name, model_cfg.chat_template)
 
 

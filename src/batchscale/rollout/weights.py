@@ -4,7 +4,8 @@ A decode step at small active batch is a string of small matrix-vector products,
 should if the decoder reads the model's modules as they are:
 - per-call overhead: q, k and v (and gate and up) are separate products over the same input. Packing them into one
   weight each (`qkv`, `gate_up`) halves the number of matmuls per layer.
-- the dtype: a CPU without native bf16 (no AVX512-BF16 or AMX: `native_bf16_cpu`) runs bf16 matmuls in emulation,
+- the dtype: on a GPU with bf16 tensor cores "auto" decodes a float32 policy in bf16 (the float32 master weights
+  stay with the optimizer; the pack is their bf16 copy). A CPU without native bf16 (no AVX512-BF16 or AMX: `native_bf16_cpu`) runs bf16 matmuls in emulation,
   5-8x slower than float32 here (BENCHMARKS.md). With `compute_dtype = "auto"` such a CPU decodes a bf16 or fp16
   policy in float32: the same weights, upcast exactly, with float32 arithmetic instead of emulated half precision.
   A float32 copy doubles the bytes a decode step reads, though, and at a few active sequences those bytes are the
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from batchscale.cpu import native_bf16_cpu
+from batchscale.precision import native_bf16
 from batchscale.rollout.native import bf16_linear_kernel
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -44,11 +46,14 @@ def resolve_small_batch_rows(setting: str, model_dtype: torch.dtype, compute_dty
 
 def resolve_compute_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype decode runs in: "model" keeps the model's, "float32" forces it, "auto" upcasts a half-precision
-    model on a CPU that would emulate it."""
+    model on a CPU that would emulate it, and decodes a float32 model in bf16 on a GPU with bf16 tensor cores (what
+    vLLM and every GPU RL stack do: decode reads the weights once per step, so 2-byte weights halve its cost)."""
     if setting == "float32":
         return torch.float32
     if setting == "auto" and device.type == "cpu" and model_dtype in HALF_DTYPES and not native_bf16_cpu():
         return torch.float32
+    if setting == "auto" and device.type == "cuda" and model_dtype == torch.float32 and native_bf16("cuda"):
+        return torch.bfloat16
     return model_dtype
 
 

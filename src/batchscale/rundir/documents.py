@@ -245,6 +245,18 @@ class GenerationRow(Strict):
     peak_rss_mb: float
     kv_cache_mb: float | None = None
     cuda_max_allocated_mb: float | None = None
+    weight_bytes_per_s: float | None = None  # decode steps x the weights' bytes / time_s (with a hardware preset)
+    bandwidth_fraction: float | None = None  # weight_bytes_per_s over the preset's HBM bandwidth
+
+
+class DecodeRoofline(Strict):
+    """Generation against a hardware preset: how much of its memory bandwidth decode's weight reads realize, at
+    concurrency 1 (the bandwidth-bound end) and per level (GenerationRow.bandwidth_fraction)."""
+
+    hardware: str
+    bandwidth_bytes_per_s: float
+    weight_bytes: float  # what one decode step reads of the weights, in the decode dtype
+    bandwidth_fraction_at_1: float | None  # None: concurrency 1 was not profiled
 
 
 class GenerationProfile(Document):
@@ -263,6 +275,7 @@ class GenerationProfile(Document):
     repeats: int
     rows: list[GenerationRow] = Field(min_length=1)
     knee: SaturatingKnee | None
+    roofline: DecodeRoofline | None = None  # with --hardware (a CUDA device's detected preset by default)
 
     @property
     def critical_generation_batch(self) -> float | None:
@@ -302,6 +315,16 @@ class TrainingRow(Strict):
     samples_per_s: float
     flops_per_s: float
     utilization: float
+    cuda_max_allocated_mb: float | None = None  # peak allocated during the timed updates (CUDA only)
+    utilization_of_preset: float | None = None  # flops_per_s over the hardware preset's dense bf16 peak
+
+
+class TrainingRoofline(Strict):
+    """Training against a hardware preset's datasheet peak (dense bf16), beside the measured matmul peak."""
+
+    hardware: str
+    peak_flops_per_s: float
+    utilization_best: float  # the best row's flops_per_s / peak_flops_per_s
 
 
 class TrainingProfile(Document):
@@ -321,6 +344,7 @@ class TrainingProfile(Document):
     peak_matmul_shape: list[int]
     rows: list[TrainingRow] = Field(min_length=1)
     fit: TrainingCostFit | None
+    roofline: TrainingRoofline | None = None  # with --hardware (a CUDA device's detected preset by default)
 
 
 # --- reading and writing --------------------------------------------------------------------------------------------

@@ -30,6 +30,15 @@ def check_inputs(points: list[Point]) -> None:
         build_task(task).close()
 
 
+def check_devices(points: list[Point]) -> None:
+    """Every `run.device` the points ask for exists on this machine (local executors: the runs start here), so a sweep
+    for a GPU fails before its first run, not once per point."""
+    from batchscale.device import resolve_device
+
+    for device in sorted({p.config.run.device for p in points}):
+        resolve_device(device)
+
+
 def check_sweep_dir(sweep_dir: Path) -> None:
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise UserError("--out", f"{sweep_dir} exists and is not a directory", "choose another --out")
@@ -47,6 +56,8 @@ def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", wor
     sweep_dir = Path(sweep_dir)
     check_sweep_dir(sweep_dir)
     check_inputs(points)
+    if executor == "local":  # a Ray cluster's nodes may have GPUs its driver lacks
+        check_devices(points)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with SweepLock(sweep_dir):
         return _run_locked(points, sweep_dir, executor, workers, address, threads)

@@ -4,6 +4,8 @@ GPU presets are vendor datasheet numbers (dense, i.e. without 2:4 structured spa
 taken as the datasheet's decimal gigabytes (80 GB = 80e9 bytes), slightly below the physical capacity (an "80GB" A100
 holds 80 GiB), which errs on the safe side for KV-cache feasibility.
 
+`cuda` is the preset of the GPU torch sees, matched by its device name (`detect_gpu`).
+
 `cpu` is measured on this machine by a micro-benchmark (~1-2 s, once per process):
 - bandwidth: `np.copyto` between two float32 arrays far larger than the last-level cache; each copy moves
   2 * nbytes (read + write; write-allocate traffic is not counted, so this slightly underestimates the bus rate);
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -61,7 +65,7 @@ GPU_PRESETS: dict[str, Hardware] = {
     "H200": Hardware("H200", 989e12, 4.8e12, 141e9, "NVIDIA H200 datasheet (SXM)"),
 }
 
-HARDWARE_NAMES = [*GPU_PRESETS, "cpu"]
+HARDWARE_NAMES = [*GPU_PRESETS, "cpu", "cuda"]
 
 
 def _time_median_s(fn, repeats: int) -> float:
@@ -112,10 +116,51 @@ def measure_cpu(copy_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) -> Ha
     return Hardware("cpu", peak_flops_per_s, bandwidth_bytes_per_s, read_physical_memory_bytes(), source)
 
 
+# substrings of torch.cuda.get_device_name() -> preset: "NVIDIA H100 80GB HBM3" is an H100-SXM, "NVIDIA H200" an H200
+GPU_NAME_PRESETS = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-80GB"))
+
+
+def preset_for_gpu_name(gpu_name: str) -> str | None:
+    """The preset a CUDA device's name matches, or None. Departure: an H100 PCIe (2.0 TB/s, 756 TFLOPS) reads as the
+    SXM preset, so its fractions come out low; pass `--hardware` by name where that matters."""
+    return next((preset for marker, preset in GPU_NAME_PRESETS if marker in gpu_name.upper()), None)
+
+
+def read_gpu_name(device: str = "cuda") -> str | None:
+    """The CUDA device's name: from torch when the process has loaded it (the profilers), else from nvidia-smi, so
+    the reading side (`plan --hardware cuda`) stays torch-free. None where there is no GPU."""
+    index = int(device.partition(":")[2] or 0)
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return torch.cuda.get_device_name(index) if torch.cuda.is_available() else None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    return names[index].strip() if index < len(names) else None
+
+
+def detect_gpu(device: str = "cuda") -> Hardware:
+    """The preset of this machine's CUDA device (`roofline MODEL cuda`, the profilers' default on a GPU)."""
+    gpu_name = read_gpu_name(device)
+    if gpu_name is None:
+        raise UserError("hardware", "'cuda' means the preset of this machine's GPU, but it has no CUDA device",
+                        f"name a preset instead: {', '.join(HARDWARE_NAMES)}")
+    preset = preset_for_gpu_name(gpu_name)
+    if preset is None:
+        raise UserError("hardware", f"no preset matches this GPU ({gpu_name})",
+                        f"name the closest preset: {', '.join(GPU_PRESETS)}")
+    return GPU_PRESETS[preset]
+
+
 def get_hardware(name: str) -> Hardware:
-    """A preset by name (case-insensitive); `cpu` runs the micro-benchmark (cached)."""
+    """A preset by name (case-insensitive); `cpu` runs the micro-benchmark (cached); `cuda` is the detected GPU's."""
     if name.lower() == "cpu":
         return measure_cpu()
+    if name.lower() == "cuda":
+        return detect_gpu()
     for key, hardware in GPU_PRESETS.items():
         if key.lower() == name.lower():
             return hardware

@@ -51,17 +51,35 @@ def validate_micro_batch(batches: list[int], micro_batch_size: int | None) -> No
 
 
 def load_profiled_policy(model_cfg, device: str, log=print):
-    """The policy a profiler measures, on `device` ("auto": CUDA when present), with the built-in task for its
-    prompts. Returns (policy, task, device)."""
-    import torch
-
+    """The policy a profiler measures, on `device` (spelled as `run.device`: "auto" is CUDA when present), with the
+    built-in task for its prompts. Returns (policy, task, device)."""
     from batchscale.config import TaskConfig
+    from batchscale.device import resolve_device
     from batchscale.policy.load import load_policy
     from batchscale.tasks import build_task
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(resolve_device(device, "--device"))
     task_cfg = TaskConfig()
-    policy = load_policy(model_cfg, task_cfg, log)
-    policy.model.to(device)
+    policy = load_policy(model_cfg, task_cfg, log, device)
     return policy, build_task(task_cfg), device
+
+
+def named_hardware(hardware: str | None):
+    """An explicit --hardware preset (checked before any compute), else None."""
+    from batchscale.systems.hardware import get_hardware
+
+    return None if hardware is None else get_hardware(hardware)
+
+
+def device_hardware(preset, device: str, log=print):
+    """The preset a profile compares with: the named one; else on a CUDA device the detected GPU's (none, said once,
+    when its name matches no preset); else none, so a CPU profile stays as it was."""
+    if preset is not None or not device.startswith("cuda"):
+        return preset
+    from batchscale.systems.hardware import detect_gpu
+
+    try:
+        return detect_gpu(device)
+    except UserError as e:
+        log(f"note: {e.args[0] if e.args else e}; pass --hardware PRESET for roofline fractions")
+        return None

@@ -31,6 +31,10 @@ def print_generation_table(result: dict) -> None:
         f"q(B) = {knee['q_max']:.4g} * B / (B + {knee['b_half']:.3g}) tok/s, R^2 {knee['r2']:.3f}; "
         f"B_90 = {knee['b_90']:.3g}{' (extrapolated)' if knee['extrapolated'] else ''}; "
         f"doubling knee ({knee['doubling_threshold']:.0%}): {knee['doubling_knee']}")
+    roofline = result.get("roofline")
+    if roofline and roofline["bandwidth_fraction_at_1"] is not None:
+        caption += (f"; concurrency 1 realizes {roofline['bandwidth_fraction_at_1']:.1%} of {roofline['hardware']}'s "
+                    f"HBM bandwidth")
     computes = "" if result["compute_dtype"] == result["dtype"] else f", computed in {result['compute_dtype']}"
     table = Table(title=f"generation: {result['model']} ({result['dtype']}{computes}, {result['backend']}) on "
                         f"{result['device']}, {result['threads']} threads", caption=caption)
@@ -52,6 +56,9 @@ def print_training_table(result: dict) -> None:
         f"time = {fit['seconds_fixed']:.3g} s + {fit['seconds_per_token']:.3g} s/token * tokens (R^2 {fit['r2']:.3f}); " + (
             "slope <= 0: timings too noisy, add --repeats" if fit["tokens_per_s"] is None else
             f"asymptotic {fit['tokens_per_s']:.4g} tok/s = {fit['utilization_asymptotic']:.1%} of peak"))
+    if result.get("roofline"):
+        roofline = result["roofline"]
+        caption += f"; best update {roofline['utilization_best']:.1%} of {roofline['hardware']}'s dense bf16 peak"
     title = (f"training: {result['model']} ({result['params'] / 1e6:.2f}M params, {result['dtype']} weights, "
              f"{result['compute_dtype']} arithmetic) on "
              f"{result['device']}, {result['threads']} threads; matmul peak {result['peak_flops_per_s'] / 1e9:.1f} "
@@ -81,7 +88,9 @@ def generation(
     waves: Annotated[int, typer.Option(help="responses per level = waves * concurrency ...")] = 4,
     min_responses: Annotated[int, typer.Option(help="... but at least this many")] = 16,
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
+    hardware: Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
+                                                         "cuda: the detected GPU's, the default on a GPU)")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
 ) -> None:
@@ -97,7 +106,7 @@ def generation(
 
     result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
                                 top_p, repeats, waves, min_responses, seed, device,
-                                log=lambda message: typer.echo(message, err=True))
+                                log=lambda message: typer.echo(message, err=True), hardware=hardware)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
@@ -115,7 +124,9 @@ def training(
     compute_dtype: Annotated[str, typer.Option(help="arithmetic: auto (bf16 autocast where bf16 is native), float32 "
                                                     "or bfloat16 (autocast over float32 weights)")] = "auto",
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
+    hardware: Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
+                                                         "cuda: the detected GPU's, the default on a GPU)")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
 ) -> None:
@@ -131,7 +142,8 @@ def training(
     from batchscale.systems.profile_training import profile_training
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
-                              log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype)
+                              log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype,
+                              hardware=hardware)
     if json_out:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:

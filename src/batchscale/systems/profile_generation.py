@@ -9,7 +9,11 @@ tokens); the reported time is their median. Timers synchronize the device before
 
 Per level: tokens/s and responses/s (generated tokens / median time), mean active concurrency (engine statistics),
 response lengths, memory (peak RSS of the process; on CUDA the peak allocated bytes during the level) and the engine's
-KV-cache size. The knee: `systems.knee.fit_saturating_throughput` on (B, tokens/s), q(B) = q_max * B / (B + B_half),
+KV-cache size. With a hardware preset (`--hardware`; on a CUDA device the detected GPU's by default) each level also
+reports the weight bytes decode reads per second, decode steps x `decode_weight_bytes` / time, and its fraction of the
+preset's HBM bandwidth; `roofline.bandwidth_fraction_at_1` is that fraction at concurrency 1, where decode is
+bandwidth-bound and the fraction says how close the engine gets to the roofline. Departure: KV-cache and activation
+traffic are not counted (small at concurrency 1), and the time includes prefill, so the fraction is a lower bound. The knee: `systems.knee.fit_saturating_throughput` on (B, tokens/s), q(B) = q_max * B / (B + B_half),
 with B_90 = 9 * B_half and the doubling rule (the smallest measured B whose doubling gains < threshold). B is the
 requested concurrency (the knob a user sets); `active_mean` shows how much of it the scheduling realized.
 """
@@ -79,6 +83,25 @@ def measure_level(engine, prompts: list[str], params, repeats: int, seed: int, d
     return row
 
 
+def decode_weight_bytes(model, dtype) -> float:
+    """Bytes of weights one decode step reads in `dtype`: every matrix and norm and the LM head; the input embedding
+    is a lookup of a few rows (counted once, as the LM head, when the two are tied)."""
+    embed = model.get_input_embeddings().weight
+    tied = model.get_output_embeddings().weight.data_ptr() == embed.data_ptr()
+    params = sum(p.numel() for p in model.parameters())
+    return float((params - (0 if tied else embed.numel())) * dtype.itemsize)
+
+
+def add_bandwidth(rows: list[dict], weight_bytes: float, hardware) -> dict:
+    """Each row's realized weight bandwidth and its fraction of the preset's; returns the `roofline` block."""
+    for row in rows:
+        row["weight_bytes_per_s"] = (row["decode_steps"] or 0) * weight_bytes / row["time_s"]
+        row["bandwidth_fraction"] = row["weight_bytes_per_s"] / hardware.bandwidth_bytes_per_s
+    at_1 = next((row["bandwidth_fraction"] for row in rows if row["concurrency"] == 1), None)
+    return {"hardware": hardware.name, "bandwidth_bytes_per_s": hardware.bandwidth_bytes_per_s,
+            "weight_bytes": weight_bytes, "bandwidth_fraction_at_1": at_1}
+
+
 def engine_cap(engine) -> int:
     return getattr(engine, "max_concurrency", None) or getattr(engine, "max_batch")
 
@@ -87,7 +110,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
                        backend: str = "engine", samples_per_prompt: int = 8, max_new_tokens: int = 8,
                        temperature: float = 1.0, top_p: float = 1.0, repeats: int = 3, waves: int = 4,
                        min_responses: int = 16, seed: int = 0, device: str = "auto", threshold: float = 0.10,
-                       log=print) -> GenerationProfile:
+                       log=print, hardware: str | None = None) -> GenerationProfile:
     """Measure every concurrency level and fit the knee (`rundir.GenerationProfile`)."""
     import torch
     from pydantic import ValidationError
@@ -96,6 +119,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
     from batchscale.rollout import build_engine
     from batchscale.rollout.base import SamplingParams
     from batchscale.systems.knee import fit_saturating_throughput
+    from batchscale.systems.options import device_hardware, named_hardware
 
     for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
                         ("samples_per_prompt", samples_per_prompt)):
@@ -109,7 +133,9 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         error = e.errors()[0]
         option = "--" + "-".join(str(part) for part in error["loc"]).replace("_", "-")
         raise UserError(option, error["msg"], "see `batchscale profile generation --help`") from None
+    preset = named_hardware(hardware)
     policy, task, device = load_profiled_policy(model_cfg, device, log)
+    preset = device_hardware(preset, device, log)
     params = SamplingParams(temperature, top_p, max_new_tokens)
     rows = []
     for level in concurrencies:
@@ -124,11 +150,18 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         fit = fit_saturating_throughput([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], threshold)
         knee = {"metric": "tokens_per_s", **fit.to_dict()}
     decoder = getattr(engine, "decoder", None)  # the engine may compute in another dtype than the model's
-    compute_dtype = str(decoder.dtype).removeprefix("torch.") if decoder is not None else dtype
+    decode_dtype = decoder.dtype if decoder is not None else policy.model.dtype
+    compute_dtype = str(decode_dtype).removeprefix("torch.")
+    roofline = None
+    if preset is not None:
+        roofline = add_bandwidth(rows, decode_weight_bytes(policy.model, decode_dtype), preset)
+        if roofline["bandwidth_fraction_at_1"] is not None:
+            log(f"concurrency 1 reads weights at {rows[0]['weight_bytes_per_s'] / 1e9:.1f} GB/s = "
+                f"{roofline['bandwidth_fraction_at_1']:.1%} of {preset.name}'s {preset.bandwidth_bytes_per_s / 1e12:.2f} TB/s")
     return GenerationProfile(
         model=model, dtype=dtype, compute_dtype=compute_dtype, backend=backend, device=str(device),
         threads=torch.get_num_threads(), params=policy.num_params, task=task.name,
         samples_per_prompt=samples_per_prompt,
         sampling={"temperature": temperature, "top_p": top_p, "max_new_tokens": max_new_tokens},
-        repeats=repeats, rows=rows, knee=knee,
+        repeats=repeats, rows=rows, knee=knee, roofline=roofline,
     )

@@ -25,6 +25,10 @@ loaded with `--dtype bfloat16` computes in bf16). Departure from "median
 of repeats": the peak is the best of its samples (`summarize_peak`), because on shared cores other processes halve
 individual samples; the median is reported beside it. Update times stay medians. Utilization can exceed 1 slightly when
 the model's matmuls run faster than the benchmark shape, or when the peak samples were all disturbed.
+
+With a hardware preset (`--hardware`; on a CUDA device the detected GPU's by default) each row also reports
+`utilization_of_preset`, its FLOP/s over the preset's dense bf16 datasheet peak (the number a GPU run is judged by),
+and `roofline` the best row's; on CUDA each row reports the peak allocated memory of its timed updates.
 """
 
 from __future__ import annotations
@@ -112,7 +116,8 @@ def update_flops(model, tokens: int, response_tokens: int) -> float:
 
 def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device,
                 compute_dtype=None) -> list[float]:
-    """Seconds of each of `repeats` full updates (after one untimed warm-up update)."""
+    """Seconds of each of `repeats` full updates (after one untimed warm-up update); on CUDA the peak allocated memory
+    counts from the warm-up on."""
     import torch
 
     from batchscale.optimization import clip_and_step
@@ -124,6 +129,8 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
                                    compute_dtype=compute_dtype or torch.float32)
         clip_and_step(model, optimizer, max_grad_norm=1.0)
 
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     update()
     times = []
     for _ in range(repeats):
@@ -146,24 +153,23 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
 
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
-                     log=print, compute_dtype: str = "auto") -> TrainingProfile:
+                     log=print, compute_dtype: str = "auto", hardware: str | None = None) -> TrainingProfile:
     """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
     import torch
     from pydantic import ValidationError
 
     from batchscale.config import ModelConfig, OptimConfig
     from batchscale.cpu import native_bf16_cpu
+    from batchscale.device import resolve_device
     from batchscale.optimization import build_optimizer
     from batchscale.precision import COMPUTE_DTYPES, resolve_compute_dtype
     from batchscale.systems.knee import fit_training_cost
+    from batchscale.systems.options import device_hardware, named_hardware
 
     validate_micro_batch(batches, micro_batch_size)
     if repeats < 1:
         raise UserError("repeats", f"must be >= 1, got {repeats}", "pass --repeats 1 or more")
-    if device not in ("auto", "cpu", "cuda"):
-        raise UserError("device", f"unknown device {device!r}", "use auto, cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("device", "cuda is not available on this machine", "use --device cpu")
+    resolve_device(device, "--device")  # before the model loads
     if compute_dtype not in ("auto", *COMPUTE_DTYPES):
         raise UserError("--compute-dtype", f"unknown value {compute_dtype!r}", "use auto, float32 or bfloat16")
     if compute_dtype == "float32" and dtype == "bfloat16":
@@ -175,7 +181,10 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         error = e.errors()[0]
         fix = "see `batchscale profile training --help`"
         raise UserError("--" + str(error["loc"][-1]), error["msg"], fix) from None
+    preset = named_hardware(hardware)
     policy, task, device = load_profiled_policy(model_cfg, device, log)
+    preset = device_hardware(preset, device, log)
+    cuda = torch.device(device).type == "cuda"
     params = policy.num_params
     arithmetic = resolve_compute_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
     arithmetic_name = str(arithmetic).removeprefix("torch.")
@@ -208,6 +217,10 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
                "padded_tokens": padded_tokens(batch, micro), "seconds": seconds, "seconds_repeats": times,
                "tokens_per_s": tokens / seconds, "samples_per_s": b / seconds, "flops_per_s": flops_per_s,
                "utilization": flops_per_s / peak}
+        if cuda:
+            row["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+        if preset is not None:
+            row["utilization_of_preset"] = flops_per_s / preset.peak_flops_per_s
         log(f"batch {b:>5}: {seconds:8.4f} s  {row['tokens_per_s']:9.0f} tok/s  {row['samples_per_s']:8.1f} "
             f"samples/s  utilization {row['utilization']:.1%}  ({tokens} tokens, median of {repeats})")
         rows.append(row)
@@ -221,9 +234,15 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
                "tokens_per_s": law.tokens_per_s if asymptotic is not None else None,
                "flops_per_s_asymptotic": asymptotic,
                "utilization_asymptotic": None if asymptotic is None else asymptotic / peak}
+    roofline = None
+    if preset is not None:
+        roofline = {"hardware": preset.name, "peak_flops_per_s": preset.peak_flops_per_s,
+                    "utilization_best": max(row["utilization_of_preset"] for row in rows)}
+        log(f"best update: {roofline['utilization_best']:.1%} of {preset.name}'s "
+            f"{preset.peak_flops_per_s / 1e12:.0f} TFLOP/s dense bf16")
     return TrainingProfile(
         model=model, params=params, dtype=dtype, compute_dtype=arithmetic_name, device=str(device),
         threads=torch.get_num_threads(), micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
         peak_flops_per_s=peak, peaks=peaks, peak_matmul_shape=list(shape),
-        rows=rows, fit=fit,
+        rows=rows, fit=fit, roofline=roofline,
     )
