@@ -54,7 +54,7 @@ class AsyncRollouts:
         self.examples: dict[int, object] = {}  # group id -> the task example it answers
         self.buffer: list[dict] = []  # finished groups not yet taken
         self.groups_sampled = 0
-        self.dropped_seen = 0
+        self.dropped_ids: list[int] = []  # groups dropped as too stale, in order
         self.last = {"busy_s": 0.0, "idle_s": 0.0, "decoded_rows": 0, "decode_steps": 0}
         self.process = None
 
@@ -113,6 +113,7 @@ class AsyncRollouts:
                     self.counters.add("dropped_groups", len(self.buffer) - len(fresh))
                     for g in self.buffer:
                         if g not in fresh:
+                            self.dropped_ids.append(g["group_id"])
                             del self.examples[g["group_id"]]
                     self.buffer = fresh
                 if len(self.buffer) >= self.P:

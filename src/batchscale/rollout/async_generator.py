@@ -95,6 +95,7 @@ def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: Sh
 
     `prompts` yields (group_id, [G prompt token ids]); `finished` receives one dict per finished group."""
     die_with_parent(parent_pid)
+    finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing them
     torch.set_num_threads(settings.threads)
     from batchscale.policy.load import load_policy
     from batchscale.rollout.base import SamplingParams

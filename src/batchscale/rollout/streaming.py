@@ -3,8 +3,9 @@
 The asynchronous generator (rollout/async_generator.py) keeps one `StreamingRun` alive for the whole run. Sequences are
 appended to its queue whenever the generator admits new groups (`extend`), each `iterate()` is one iteration of the
 engine's scheduler (admit, compact, decode: engine._Run, unchanged) and returns the sequences that ended in it, and
-between iterations the weights may change (`set_version`, after the decoder re-reads them). Every sampled token keeps
-the version of the weights that produced it and its log-prob under them (the behaviour policy of algorithms.offpolicy).
+between iterations the weights may change (`set_version`, after the decoder re-reads them; the KV cache of the
+sequences in flight is then recomputed under the new weights). Every sampled token keeps the version of the weights
+that produced it and its log-prob under them (the behaviour policy of algorithms.offpolicy).
 
 Each `extend` draws its uniforms with one torch.rand(n, max_new_tokens), as one synchronous generate call of those n
 prompts does, so a run fed one step's prompts at a time, waiting for them to end, samples exactly what the synchronous
@@ -50,9 +51,23 @@ class StreamingRun(_Run):
         """Sequences queued or decoding."""
         return len(self.prompt_ids) - self.next_seq + sum(s is not None for s in self.rows)
 
+    @torch.inference_mode()
     def set_version(self, version: int) -> None:
-        """The decoder has re-read the weights (decoder.sync): tokens from now on are this version's."""
+        """The decoder has re-read the weights (decoder.sync): tokens from now on are this version's. The cache rows
+        of the sequences in flight are recomputed under the new weights (one prefill of prompt + response so far, as
+        AReaL's interruptible generation does), so a token's log-prob is exactly its version's, never a mix of an old
+        version's keys and a new version's queries."""
         self.version = version
+        held = [(row, seq) for row, seq in enumerate(self.rows) if seq is not None]
+        if not held:
+            return
+        contexts = [self.prompt_ids[seq] + self.responses[seq][:-1] for _, seq in held]  # the last token is pending
+        lengths = [len(ids) for ids in contexts]
+        ids = torch.full((len(held), max(lengths)), self.pad_id, dtype=torch.long)  # (B, L) right-padded
+        for i, context in enumerate(contexts):
+            ids[i, : lengths[i]] = torch.tensor(context)
+        rows = torch.tensor([row for row, _ in held], device=self.device)
+        self.decoder.prefill(rows, ids.to(self.device), torch.tensor(lengths, device=self.device))
 
     def record(self, seqs: list[int], logits: torch.Tensor) -> list[bool]:
         done = super().record(seqs, logits)
