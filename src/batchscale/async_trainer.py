@@ -31,7 +31,7 @@ import torch
 import torch.multiprocessing as mp
 
 from batchscale.errors import UserError
-from batchscale.rollout.async_generator import Counters, GeneratorSettings, SharedWeights, generator_main
+from batchscale.rollout.async_generator import Counters, GeneratorDied, GeneratorSettings, SharedWeights, generator_main
 from batchscale.rollout.base import Rollouts, StepRollouts
 
 POLL_S = 0.2  # how often a waiting trainer checks that the generator is alive
@@ -95,7 +95,14 @@ class AsyncRollouts:
                 self.groups_sampled += 1
 
     def publish(self, model) -> None:
-        self.weights.publish(model)
+        try:
+            self.weights.publish(model, self.process.is_alive)
+        except GeneratorDied:
+            raise self.died("publishing new weights") from None
+
+    def died(self, when: str) -> UserError:
+        return UserError("rollout.mode", f"the generator process died (exit code {self.process.exitcode}) while the "
+                         f"trainer was {when}", "see the output above; rerun, or set rollout.mode = 'sync'")
 
     def take(self, step: int, run) -> StepRollouts:
         """Exactly P complete groups for the update at version step - 1, oldest first; waits, drops the too stale."""
@@ -136,9 +143,7 @@ class AsyncRollouts:
             self.buffer.append(self.finished.get(timeout=POLL_S))
         except queue.Empty:
             if not self.process.is_alive():
-                raise UserError("rollout.mode", f"the generator process died (exit code {self.process.exitcode}) "
-                                f"before step {step} had its samples", "see the output above; rerun, or set "
-                                "rollout.mode = 'sync'") from None
+                raise self.died(f"waiting for the samples of step {step}") from None
 
     def step_rollouts(self, groups: list[dict], version: int, buffered: int, dropped_now: int) -> StepRollouts:
         flat = {key: [row for g in groups for row in g[key]] for key in ("prompt_ids", "response_ids", "logprobs",

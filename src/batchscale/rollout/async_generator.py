@@ -34,6 +34,7 @@ import torch
 from batchscale.processes import die_with_parent
 
 IDLE_POLL_S = 0.002
+LOCK_POLL_S = 0.2
 
 
 class SharedWeights:
@@ -44,12 +45,20 @@ class SharedWeights:
         self.version = context.Value("q", 0, lock=False)
         self.lock = context.Lock()
 
-    def publish(self, model) -> int:
-        with self.lock, torch.no_grad():
-            for name, p in model.named_parameters():
-                self.tensors[name].copy_(p.detach())
+    def publish(self, model, alive) -> int:
+        """Copy the trainer's parameters in and bump the version. `alive()` says whether the generator still runs: one
+        killed while it held the lock (mid-copy) must end the run, not hang it."""
+        while not self.lock.acquire(timeout=LOCK_POLL_S):
+            if not alive():
+                raise GeneratorDied()
+        try:
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    self.tensors[name].copy_(p.detach())
             self.version.value += 1
             return self.version.value
+        finally:
+            self.lock.release()
 
     def load_into(self, model) -> int:
         with self.lock, torch.no_grad():
@@ -58,20 +67,24 @@ class SharedWeights:
             return self.version.value
 
 
+class GeneratorDied(Exception):
+    """The generator process is gone (the trainer turns this into a one-line error)."""
+
+
 class Counters:
-    """Shared scalars, cumulative over the run (the trainer logs their change per step)."""
+    """Shared scalars, cumulative over the run (the trainer logs their change per step). Each has one writer (the
+    trainer: dropped_groups; the generator: the rest), so they hold no lock a killed process could leave taken."""
 
     def __init__(self, context):
-        self.dropped_groups = context.Value("q", 0)
-        self.busy_s = context.Value("d", 0.0)
-        self.idle_s = context.Value("d", 0.0)
-        self.decoded_rows = context.Value("q", 0)
-        self.decode_steps = context.Value("q", 0)
+        self.dropped_groups = context.Value("q", 0, lock=False)
+        self.busy_s = context.Value("d", 0.0, lock=False)
+        self.idle_s = context.Value("d", 0.0, lock=False)
+        self.decoded_rows = context.Value("q", 0, lock=False)
+        self.decode_steps = context.Value("q", 0, lock=False)
 
     def add(self, name: str, amount) -> None:
         counter = getattr(self, name)
-        with counter.get_lock():
-            counter.value += amount
+        counter.value += amount
 
 
 @dataclass(frozen=True)
