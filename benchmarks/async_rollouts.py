@@ -7,6 +7,10 @@ start and the end). Also reported per mode: median `time/step`, `time/wait_for_s
 fraction, and the final eval accuracy (one seed: a sanity check, not rN).
 
     .venv/bin/python benchmarks/async_rollouts.py --model tiny --prompts 16 --budget 2048 --repeats 2
+    .venv/bin/python benchmarks/async_rollouts.py --model smollm2-135m --prompts 4 --samples-per-prompt 4 \
+        --micro-batch 8 --budget 64 --max-new-tokens 32 --eval-size 4 --set model.chat_template=true \
+        --set task.digits=1 "--set=task.template='What is {a} {op} {b}? Reply with the number only.'" \
+        --set task.reward=last_integer_match
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def measure(model: str, mode: str, args, out: Path) -> dict:
                  f"batch.samples_per_prompt={args.samples_per_prompt}", f"batch.micro_batch_size={args.micro_batch}",
                  f"run.budget_samples={args.budget}", f"run.eval_every_samples={args.budget}",
                  f"sampling.max_new_tokens={args.max_new_tokens}", "optim.lr=1e-5", "optim.compute_dtype='float32'",
-                 f"task.eval_size={args.eval_size}", *[o.format(**fill) for o in MODES[mode]]]
+                 f"task.eval_size={args.eval_size}", *args.set, *[o.format(**fill) for o in MODES[mode]]]
     records = []
     train(load_config(None, overrides), out, on_record=records.append, log=lambda line: None)
     steps = [r for r in records if r["kind"] == "step"]
@@ -68,6 +72,7 @@ def main() -> None:
     parser.add_argument("--generator-threads", type=int, default=1)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--set", action="append", default=[], help="a config override for every mode (repeatable)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rows = []

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from test_faults import session_processes, wait_for
+from test_faults import kill_session, session_processes, wait_for
 from test_trainer import read_records, small_config
 
 from batchscale.algorithms.offpolicy import truncated_is_weights
@@ -69,6 +68,16 @@ def test_max_staleness_zero_reproduces_the_synchronous_records(random_model_dir,
     assert (run["rollout_mode"], run["generation_batch"], run["max_staleness"]) == ("async", 12, 0)
     assert run["label"] == "grpo-P4-G3-sqrt-async-k0"
     assert (tmp_path / "async" / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "remax"])
+def test_every_algorithm_trains_asynchronously(random_model_dir, tmp_path, algorithm):
+    """The critic and the greedy baseline run on the trainer's side, on the policy being updated."""
+    cfg = small_config(random_model_dir, ASYNC, f"algorithm.name='{algorithm}'", "rollout.generation_batch=24")
+    train(cfg, tmp_path / "run", log=lambda s: None)
+    steps = [r for r in read_records(tmp_path / "run") if r["kind"] == "step"]
+    assert [r["samples"] for r in steps] == [12 * i for i in range(1, 6)]
+    assert all(r["async/staleness_max"] <= 1 for r in steps) and (tmp_path / "run" / "summary.json").is_file()
 
 
 def test_importance_weights_are_one_when_behaviour_and_current_policy_agree():
@@ -162,10 +171,7 @@ def test_sigkill_of_either_process_ends_the_run_unfinished_with_whole_lines_and_
         trainer.wait(timeout=60)
         wait_for(lambda: not session_processes(trainer.pid), timeout_s=30, what="every process of the run to end")
     finally:
-        try:
-            os.killpg(trainer.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_session(trainer.pid)
     if victim == "generator":
         assert trainer.returncode == 2
         stderr = trainer.stderr.read()
