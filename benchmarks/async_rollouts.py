@@ -3,7 +3,8 @@
 Each mode trains the same GRPO configuration for --budget samples, alternating modes over --repeats so load from
 other processes hits all alike. Throughput is steady-state: samples between the first and the last step record over
 the wall time between them (the generator's start-up and the first step's wait are left out; evals run only at the
-start and the end). Also reported per mode: median `time/step`, `time/wait_for_samples`, staleness and partial
+start and the end). Also reported per mode: median `time/step`, `time/wait_for_samples`, `time/generate` (async: the
+generator's decoding seconds per step), `time/train`, `time/generator_idle`, staleness and partial
 fraction, and the final eval accuracy (one seed: a sanity check, not rN).
 
     .venv/bin/python benchmarks/async_rollouts.py --model tiny --prompts 16 --budget 2048 --repeats 2
@@ -52,6 +53,9 @@ def measure(model: str, mode: str, args, out: Path) -> dict:
         "samples_per_s": (last["samples"] - first["samples"]) / (last["wall_s"] - first["wall_s"]),
         "time_step_s": median("time/step"),
         "wait_for_samples_s": median("time/wait_for_samples"),
+        "generate_s": median("time/generate"),
+        "train_s": median("time/train"),
+        "generator_idle_s": median("time/generator_idle"),
         "staleness_mean": statistics.mean(r.get("async/staleness_mean", 0.0) for r in steps),
         "partial_frac": statistics.mean(r.get("async/partial_frac", 0.0) for r in steps),
         "eval_accuracy": [r["eval/accuracy"] for r in records if r["kind"] == "eval"][-1],
