@@ -16,6 +16,10 @@ Every step also logs the online gradient noise scale of the actor (and the criti
 norms give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held here across steps gives
 `gns/b_noise`, in samples.
 
+With `rollout.mode = "async"` a step's rollouts come from a generator process instead (async_trainer.py, around the
+loop): P complete groups, possibly sampled by older weights, whose tokens the update weights by a truncated importance
+ratio (algorithms.offpolicy); the new weights are published after the actor update. The loop is otherwise the same.
+
 Health (health.py): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
