@@ -65,6 +65,14 @@ def session_processes(session_id: int) -> dict[int, str]:
     return found
 
 
+def kill_session(session_id: int) -> None:
+    """SIGKILL whatever is left of a session a test started (its leader's pid), if anything."""
+    try:
+        os.killpg(session_id, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def wait_for(condition, timeout_s: float = 180.0, what: str = "") -> None:
     deadline = time.time() + timeout_s
     while not condition():
@@ -106,10 +114,7 @@ def test_a_second_sweep_is_refused_and_a_killed_sweep_leaves_no_process(tmp_path
         first.wait()
         wait_for(lambda: not session_processes(first.pid), timeout_s=30, what="the sweep's workers to die")
     finally:
-        try:
-            os.killpg(first.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_session(first.pid)
     lines = staged_lines(out)
     time.sleep(2)
     assert staged_lines(out) == lines, "something still writes into the sweep"

@@ -111,6 +111,8 @@ class AlgorithmConfig(Section):
     # 1 and 1 is the paper's single pass: one update per rollout batch.
     ppo_epochs: int = Field(1, ge=1)
     ppo_mini_batches: int = Field(1, ge=1)
+    # asynchronous rollouts: the truncated importance weight min(pi_update / pi_behaviour, is_cap) of stale tokens
+    is_cap: float = Field(2.0, gt=0)
 
 
 class RolloutConfig(Section):
@@ -120,6 +122,12 @@ class RolloutConfig(Section):
     # it), a float32 model in bf16 on a bf16 GPU, else in the model's dtype; "model" always uses the model's dtype;
     # "float32" always upcasts
     compute_dtype: Literal["auto", "model", "float32"] = "auto"
+    # "sync": generate, then train; "async": a generator process decodes while the trainer updates (async_trainer.py)
+    mode: Literal["sync", "async"] = "sync"
+    generation_batch: int | None = Field(None, ge=1)  # async: responses in flight (B_gen); None: P*G
+    max_staleness: int = Field(1, ge=0)  # async: k, policy versions a sample may lag the update that consumes it
+    partial: bool = True  # async: an unfinished response continues under new weights (else they wait for it)
+    generator_threads: int = Field(1, ge=1)  # async: torch threads of the generator process
 
 
 class RunConfig(Section):
@@ -223,13 +231,22 @@ def nearest_divisor(n: int, wanted: int) -> int:
     return min(candidates, key=lambda d: (abs(d - wanted), d))
 
 
+def async_label(rollout: RolloutConfig, samples_per_step: int) -> str:
+    """The default label's suffix of an asynchronous run (a sync run has none): each mode is its own configuration."""
+    if rollout.mode != "async":
+        return ""
+    generation_batch = rollout.generation_batch or samples_per_step
+    return f"-async-k{rollout.max_staleness}" + (f"-gen{generation_batch}" if generation_batch != samples_per_step else "")
+
+
 def derive_plan(cfg: Config) -> BatchPlan:
 
     b, algo = cfg.batch, cfg.algorithm
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
     samples_per_update = samples_per_step // algo.ppo_mini_batches
     exponent, rule_name = lr_rule_exponent(cfg.optim.lr_rule)
-    label = cfg.run.label or f"{algo.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}"
+    label = cfg.run.label or f"{algo.name}-P{b.prompts_per_step}-G{b.samples_per_prompt}-{rule_name}" + \
+        async_label(cfg.rollout, samples_per_step)
     critic = None
     if get_algorithm_spec(algo.name).needs_critic:
         critic_exponent, critic_rule = lr_rule_exponent(cfg.critic.lr_rule)
@@ -321,9 +338,22 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
         if bad or not cfg.task.operations:
             raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
                             "set task.operations to e.g. '+' or '+-'")
+    check_rollout_mode(cfg.rollout, samples_per_step)
     if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
         raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
                         "choose a label of letters, digits, '-' and '_'")
+
+
+def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:
+    """Asynchronous rollouts need the streaming engine and at least one step's responses in flight."""
+    if rollout.mode != "async":
+        return
+    if rollout.backend != "engine":
+        raise UserError("rollout.mode", f"asynchronous rollouts stream through the engine, but rollout.backend = "
+                        f"{rollout.backend!r}", "set rollout.backend = 'engine', or rollout.mode = 'sync'")
+    if rollout.generation_batch is not None and rollout.generation_batch < samples_per_step:
+        raise UserError("rollout.generation_batch", f"{rollout.generation_batch} responses in flight cannot fill one "
+                        f"update of P*G = {samples_per_step}", f"set rollout.generation_batch >= {samples_per_step}")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -16,6 +16,10 @@ Every step also logs the online gradient noise scale of the actor (and the criti
 norms give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held here across steps gives
 `gns/b_noise`, in samples.
 
+With `rollout.mode = "async"` a step's rollouts come from a generator process instead (async_trainer.py, around the
+loop): P complete groups, possibly sampled by older weights, whose tokens the update weights by a truncated importance
+ratio (algorithms.offpolicy); the new weights are published after the actor update. The loop is otherwise the same.
+
 Health (health.py): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
@@ -23,6 +27,7 @@ console and in summary.json. An earlier run replaced with --overwrite is swapped
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import platform
 import time
@@ -35,6 +40,7 @@ import torch
 
 from batchscale import __version__
 from batchscale.algorithms.advantages import AdvantageInputs
+from batchscale.algorithms.offpolicy import off_policy_targets
 from batchscale.algorithms.registry import Algorithm, get_algorithm
 from batchscale.batching import collate
 from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
@@ -46,7 +52,7 @@ from batchscale.optimization import build_optimizer
 from batchscale.policy.load import Policy, load_policy
 from batchscale.precision import resolve_compute_dtype
 from batchscale.rollout import build_engine
-from batchscale.rollout.base import SamplingParams
+from batchscale.rollout.base import SamplingParams, StepRollouts
 from batchscale.rundir import RunDescriptor, RunLog, check_out_dir, summarize_run
 from batchscale.rundir.staging import run_destination
 from batchscale.tasks import build_task
@@ -71,8 +77,9 @@ def run_descriptor(cfg: Config) -> RunDescriptor:
         lr=plan.lr,
         lr_rule=plan.lr_rule,
         **({"lr_critic": plan.critic.lr, "lr_rule_critic": plan.critic.lr_rule} if plan.critic else {}),
-        rollout_mode="sync",
-        generation_batch=plan.samples_per_step,
+        rollout_mode=cfg.rollout.mode,
+        generation_batch=cfg.rollout.generation_batch or plan.samples_per_step,
+        **({"max_staleness": cfg.rollout.max_staleness} if cfg.rollout.mode == "async" else {}),
         max_concurrency=cfg.rollout.max_concurrency,
         model=cfg.model.name,
         task=cfg.task.name,
@@ -121,6 +128,9 @@ class Run:
     compute_dtype: torch.dtype = torch.float32  # training arithmetic (precision.resolve_compute_dtype)
     noise_scales: dict[str, NoiseScaleEMA] = field(  # the online B_noise of each network, across steps
         default_factory=lambda: {network: NoiseScaleEMA(network) for network in ("actor", "critic")})
+    # rollout.mode = "async" (async_trainer.AsyncRollouts): where a step's rollouts come from, and who hears of updates
+    rollout_source: Callable[[int, "Run"], StepRollouts] | None = None
+    on_update: Callable[[torch.nn.Module], None] | None = None
 
 
 def build_run(cfg: Config, log: Callable[[str], None] = print) -> Run:
@@ -168,7 +178,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     check_out_dir(run_dir, overwrite)
     run = build_run(cfg, log)  # the task's data is read and checked, a user reward's worker started, before compute
     try:
-        with run_destination(run_dir, overwrite) as write_dir:
+        with run_destination(run_dir, overwrite) as write_dir, stream_rollouts(run):
             return train_into(write_dir, run, on_record or (lambda record: None), log)
     finally:
         run.task.close()
@@ -226,20 +236,40 @@ def train_into(run_dir: Path, run: Run, emit: Callable[[dict], None], log: Calla
     return summary.model_dump(mode="json")
 
 
+def stream_rollouts(run: Run):
+    """rollout.mode = "async": the generator process around the loop (async_trainer.py); sync: nothing."""
+    if run.cfg.rollout.mode == "sync":
+        return contextlib.nullcontext()
+    from batchscale.async_trainer import AsyncRollouts
+
+    return AsyncRollouts(run)
+
+
+def generate_rollouts(step: int, run: Run) -> StepRollouts:
+    """The synchronous rollout boundary: P prompts, G responses each from the current policy (prompt-major)."""
+    examples = run.task.sample_train(run.rng, run.plan.prompts_per_step)
+    grouped = [ex for ex in examples for _ in range(run.plan.samples_per_prompt)]  # prompt-major: (P, G)
+    with run.timer.phase("generate"):
+        rollouts = run.engine.generate(run.policy.format_prompts([ex.prompt for ex in grouped]), run.sampling)
+    return StepRollouts(examples, rollouts)
+
+
 def run_step(step: int, run: Run) -> dict:
     """One rollout boundary and its optimizer update(s). Returns the step record (without samples / wall_s)."""
     cfg, plan, algorithm, timer = run.cfg, run.plan, run.algorithm, run.timer
     device = run.policy.model.device
     timer.reset()
     with timer.phase("step"):
-        examples = run.task.sample_train(run.rng, plan.prompts_per_step)
+        collected = (run.rollout_source or generate_rollouts)(step, run)
+        examples, rollouts = collected.examples, collected.rollouts
         grouped = [ex for ex in examples for _ in range(plan.samples_per_prompt)]  # prompt-major: (P, G)
-        with timer.phase("generate"):
-            rollouts = run.engine.generate(run.policy.format_prompts([ex.prompt for ex in grouped]), run.sampling)
         scores = run.task.score(rollouts.texts, grouped)
         check_rewards(step, scores, cfg.task.reward, rollouts.texts, [ex.answer for ex in grouped])
         rewards = torch.tensor(scores, dtype=torch.float32)  # (N,)
         batch = collate(rollouts.prompt_ids, rollouts.response_ids, run.policy.tokenizer.pad_token_id, device)
+        off_policy = None if collected.versions is None else off_policy_targets(
+            rollouts.prompt_ids, rollouts.logprobs, collected.versions, collected.version, batch.response_mask.shape[1],
+            cfg.algorithm.is_cap, device)
         inputs = AdvantageInputs(rewards.to(device), batch.response_mask, plan.samples_per_prompt,
                                  cfg.algorithm.normalize_std, gamma=cfg.algorithm.gamma,
                                  gae_lambda=cfg.algorithm.gae_lambda, whiten=cfg.algorithm.whiten_advantages)
@@ -254,7 +284,9 @@ def run_step(step: int, run: Run) -> dict:
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
             actor_stats = update_policy(run.policy.model, run.optimizer, batch, advantages, plan, cfg.algorithm,
-                                        cfg.optim.max_grad_norm, run.ref_model, run.compute_dtype)
+                                        cfg.optim.max_grad_norm, run.ref_model, run.compute_dtype, off_policy)
+            if run.on_update is not None:
+                run.on_update(run.policy.model)  # the generator may decode with the new weights from here on
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
@@ -283,6 +315,7 @@ def run_step(step: int, run: Run) -> dict:
         **run.noise_scales["actor"].observe(actor_stats),  # gns/b_noise
         **critic_stats,  # grad_norm/critic, lr/critic, loss/value, critic/explained_variance, gns/critic/...
         **run.noise_scales["critic"].observe(critic_stats),  # gns/critic/b_noise
+        **collected.record,  # async: async/*, time/generate (the generator's), time/generator_idle
     }
 
 

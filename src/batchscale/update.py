@@ -7,7 +7,8 @@ In the single pass the sampling policy is the current one, so logp_old is logp d
 surrogate reduces to the policy gradient. With `ppo_epochs` > 1 or `ppo_mini_batches` > 1 the rollout batch feeds
 epochs x mini-batches updates; logp_old is then stored from a no-grad forward before the first update, mini-batches
 are contiguous runs of whole prompts (the same split every epoch, so GRPO groups stay together), and each mini-batch's
-loss is normalized over that mini-batch.
+loss is normalized over that mini-batch. Asynchronous batches multiply each token's term by its truncated importance
+weight (algorithms.offpolicy), with the logp_old above as the proximal policy.
 
 Micro-batches are formed from the rows sorted by length and the LM head runs on response positions only
 (`batching`: execution-only, the equivalence tests bound the difference to float rounding). With `compute_dtype`
@@ -23,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, token_weights
+from batchscale.algorithms.offpolicy import OffPolicy
 from batchscale.batching import SequenceBatch, forward_in_micro_batches, token_logprobs
 from batchscale.optimization import clip_and_step, iter_updates, loss_normalizer, mean_stats
 from batchscale.precision import autocast
@@ -43,6 +45,7 @@ def accumulate_policy_gradient(
     sort_by_length: bool = True,
     samples_per_prompt: int = 1,
     chunk_norms: ChunkNorms | None = None,
+    off_policy: OffPolicy | None = None,  # asynchronous rollouts: behaviour log-probs and versions (algorithms.offpolicy)
 ) -> dict:
     """Sum the micro-batch gradients of the batch loss into .grad, in two chunks of whole prompt groups
     (`batching.iter_gradient_chunks`); `chunk_norms`, when given, records each chunk's squared gradient norm on the way.
@@ -51,6 +54,8 @@ def accumulate_policy_gradient(
     stats = {"loss/policy": 0.0, "actor/clip_frac": 0.0}
     if kl_coef > 0:
         stats["loss/kl"] = 0.0
+    if off_policy is not None:
+        stats["async/is_weight_mean"] = 0.0
     device_type = batch.input_ids.device.type
     for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
                                            chunk_norms):
@@ -59,6 +64,9 @@ def accumulate_policy_gradient(
             logp = token_logprobs(model, mb)  # (n, width)
         old = logp.detach() if logp_old is None else logp_old[rows, :width]
         weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
+        if off_policy is not None:  # truncated importance weight of stale tokens (1 on the current version's)
+            weights = weights * off_policy.select(rows, width).weights(old)  # (n, width)
+            stats["async/is_weight_mean"] += weights.sum().item()
         loss, clip_frac = clipped_policy_loss(logp, old, advantages[rows, :width], weights, clip_eps)
         stats["loss/policy"] += loss.item()
         stats["actor/clip_frac"] += clip_frac.item()
@@ -73,7 +81,8 @@ def accumulate_policy_gradient(
 
 
 def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tensor, plan, algo_cfg,
-                  max_grad_norm: float | None, ref_model=None, compute_dtype: torch.dtype = torch.float32) -> dict:
+                  max_grad_norm: float | None, ref_model=None, compute_dtype: torch.dtype = torch.float32,
+                  off_policy: OffPolicy | None = None) -> dict:
     """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics, averaged
     over the updates, except `grad_norm/actor`: the first update's norm, before clipping. Only the first update's
     gradient is taken at the policy that sampled the batch, over samples_per_update fresh samples, so it is the norm
@@ -92,7 +101,8 @@ def update_policy(model, optimizer, batch: SequenceBatch, advantages: torch.Tens
             model, mini, advantages[start:stop, :width], plan.micro_batch_size, algo_cfg.clip_eps,
             algo_cfg.loss_aggregation, logp_old=None if logp_old is None else logp_old[start:stop, :width],
             ref_model=ref_model, kl_coef=algo_cfg.kl_coef, compute_dtype=compute_dtype,
-            samples_per_prompt=plan.samples_per_prompt, chunk_norms=chunk_norms)
+            samples_per_prompt=plan.samples_per_prompt, chunk_norms=chunk_norms,
+            off_policy=None if off_policy is None else off_policy.select(slice(start, stop), width))
         grad_norm = clip_and_step(model, optimizer, max_grad_norm)
         records.append({"grad_norm/actor": grad_norm, **stats, **chunk_norms.noise_terms(grad_norm, len(mini))})
     return {**mean_stats(records), "grad_norm/actor": records[0]["grad_norm/actor"]}

@@ -116,12 +116,14 @@ def is_default_lr_rule(lr_rule) -> bool:
 
 
 def choose_reference(by_label: dict[str, list[Run]]) -> str:
-    """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it)."""
+    """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it), a synchronous one
+    before an asynchronous one of the same batch."""
     candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].descriptor.lr_rule)]
     candidates = candidates or list(by_label)
     return min(
         candidates,
-        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].descriptor.prompts_per_step or 0, label),
+        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].descriptor.rollout_mode != "sync",
+                           by_label[label][0].descriptor.prompts_per_step or 0, label),
     )
 
 

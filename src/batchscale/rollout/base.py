@@ -36,3 +36,16 @@ class RolloutEngine:
 
     def generate(self, prompts: list[str], params: SamplingParams) -> Rollouts:
         raise NotImplementedError
+
+
+@dataclass
+class StepRollouts:
+    """One step's rollouts as the training loop receives them: P examples, their P*G responses (prompt-major), and,
+    from an asynchronous generator, what the off-policy correction and the log need."""
+
+    examples: list  # (P,) task examples
+    rollouts: Rollouts  # (P*G,) responses, group by group
+    record: dict = field(default_factory=dict)  # step-record keys of the rollout source (async/*, generator times)
+    versions: list[list[int]] | None = None  # per response, the weights version of each token; None: on-policy
+    version: int = 0  # the version being updated
+    group_ids: list[int] | None = None  # asynchronous: the groups taken, in order
