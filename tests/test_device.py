@@ -180,3 +180,20 @@ def test_two_step_run(device, algorithm, tmp_path):
     if algorithm == "ppo":
         assert all(r["grad_norm/critic"] > 0 for r in steps)
     assert summary["machine"]["device"].startswith(device) and ("gpu" in summary["machine"]) == (device == "cuda")
+
+
+def test_an_asynchronous_run_on_a_gpu_is_refused_before_the_model_loads(random_model_dir, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The async generator shares weights through CPU shared memory: a run whose device resolves to a GPU (here a
+    stand-in, so the rule is tested without one) says so in one line instead of failing mid-step."""
+    def no_compute(*_, **__):
+        raise AssertionError("refused before the model loads")
+
+    monkeypatch.setattr("batchscale.trainer.resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr("batchscale.trainer.load_policy", no_compute)
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--set", f"model.name='{random_model_dir}'", "--set", "rollout.mode=async",
+                 "--set", "run.device=auto"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "rollout.mode" in errors[0] and "CPU only" in errors[0] and "cuda:0" in errors[0]
+    assert not out.exists()

@@ -47,6 +47,7 @@ from batchscale.config import BatchPlan, Config, derive_plan, resolved_config
 from batchscale.cpu import cpu_model, kernel_flags
 from batchscale.critic import Critic, build_critic
 from batchscale.device import resolve_device
+from batchscale.errors import UserError
 from batchscale.health import CollapseWatch, check_parameters, check_record, check_rewards
 from batchscale.optimization import build_optimizer
 from batchscale.policy.load import Policy, load_policy
@@ -149,6 +150,10 @@ def _build_run(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Ca
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     device = resolve_device(cfg.run.device)  # a GPU that is not there fails here, before the model loads
+    if cfg.rollout.mode == "async" and device.type != "cpu":
+        raise UserError("rollout.mode", f"asynchronous rollouts share weights through CPU shared memory and run on the "
+                        f"CPU only, but run.device resolves to {device}",
+                        "set run.device = 'cpu' for an asynchronous run, or rollout.mode = 'sync' on a GPU")
     torch.manual_seed(cfg.run.seed)
     policy = load_policy(cfg.model, cfg.task, log, device)  # reference model and critic are copies: same device
     compute_dtype = resolve_compute_dtype(cfg.optim.compute_dtype, policy.model.dtype, device.type)
