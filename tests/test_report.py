@@ -173,3 +173,25 @@ def test_report_never_imports_torch():
     code = ("import sys, batchscale.report, batchscale.report.cli, batchscale.report.figures; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_each_rollout_mode_is_a_label_with_its_staleness_in_analysis_and_report(tmp_path):
+    """An asynchronous label carries its mode, its bound k and the mean staleness its updates saw (known here: k/2)
+    into analysis.json and into both reports' learning tables; a synchronous one says "sync"."""
+    from batchscale.analysis.analyze import analyze
+    from batchscale.analysis.synthetic import write_synthetic_run
+    from batchscale.report.build import build_report
+
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        write_synthetic_run(sweep / "runs" / f"sync__s{seed}", "p8-sync", seed, 8)
+        write_synthetic_run(sweep / "runs" / f"async__s{seed}", "p8-async-k2", seed, 8, max_staleness=2)
+    result = analyze(sweep)
+    sync, asynchronous = result["configs"]["p8-sync"], result["configs"]["p8-async-k2"]
+    assert (sync["rollout_mode"], sync["max_staleness"], sync["staleness_mean"]) == ("sync", None, None)
+    assert (asynchronous["rollout_mode"], asynchronous["max_staleness"]) == ("async", 2)
+    assert asynchronous["staleness_mean"] == pytest.approx(1.0)
+    assert "| async k=2 (1.00) |" in (sweep / "report.md").read_text()
+    build_report(sweep)
+    report = (sweep / "report.md").read_text()
+    assert "async k=2 (1.00)" in report and "| sync |" in report

@@ -32,7 +32,8 @@ from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
 
 DEFAULT_LR_RULE = "sqrt"
 CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
-               "lr", "lr_rule")
+               "lr", "lr_rule", "rollout_mode", "max_staleness")
+STALENESS_KEY = "async/staleness_mean"
 
 
 def analyze(
@@ -209,6 +210,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "aligned": aligned["aligned"],
             "time_to_target_realized": measured["realized_mean"],
             "learns": signals[label]["learns"],
+            "staleness_mean": mean_of_present([r.get(STALENESS_KEY) for run in runs for r in run.steps]),
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,

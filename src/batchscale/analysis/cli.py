@@ -60,18 +60,18 @@ def print_table(result: dict, out_dir: Path) -> None:
     from rich.table import Table
 
     from batchscale.analysis.plots import ordered_labels
-    from batchscale.analysis.report import format_number, format_samples_to_target, format_target
+    from batchscale.analysis.report import format_number, format_samples_to_target, format_target, rollout_cell
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title=f"Learning side: reference {result['reference']}, target {format_target(result)}")
-    for name in ("label", "B", "lr", "N* [95% CI] (reached)", "realized T (s)", "rN", "updates", "update ratio",
-                 "aligned", "|g| actor"):
+    for name in ("label", "B", "lr", "rollout", "N* [95% CI] (reached)", "realized T (s)", "rN", "updates",
+                 "update ratio", "aligned", "|g| actor"):
         table.add_column(name, justify="left" if name == "label" else "right")
     for label in ordered_labels(result):
         config = result["configs"][label]
         table.add_row(
             label + (" (ref)" if label == result["reference"] else ""),
-            format_number(config["samples_per_step"]), format_number(config["lr"]),
+            format_number(config["samples_per_step"]), format_number(config["lr"]), rollout_cell(config),
             format_samples_to_target(config["samples_to_target"]),
             format_number(config["time_to_target_realized"]), format_number(config["r_n"]), format_number(config["updates_to_target"], 4),
             format_number(config["update_ratio"]), format_number(config["aligned"]),

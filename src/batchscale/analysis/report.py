@@ -38,6 +38,14 @@ def format_target(result: dict) -> str:
     return "none" if result["target"] is None else f"{result['target']:.4g}"
 
 
+def rollout_cell(config: dict) -> str:
+    """"sync", or "async k=K (S)" with the mean staleness S of the samples the updates consumed."""
+    if config.get("rollout_mode", "sync") == "sync":
+        return "sync"
+    staleness = config.get("staleness_mean")
+    return f"async k={format_number(config.get('max_staleness'))} ({'-' if staleness is None else f'{staleness:.2f}'})"
+
+
 def build_table_rows(result: dict, details: dict) -> list[list[str]]:
     """One row per label, in batch order: the columns the CLI table also shows."""
     rows = []
@@ -48,6 +56,7 @@ def build_table_rows(result: dict, details: dict) -> list[list[str]]:
             format_number(config["samples_per_step"]),
             format_number(extra["lr_rule"]),
             format_number(config["lr"]),
+            rollout_cell(config),
             format_samples_to_target(config["samples_to_target"]),
             format_number(config.get("time_to_target_realized")),
             format_number(config["r_n"]),
@@ -59,8 +68,8 @@ def build_table_rows(result: dict, details: dict) -> list[list[str]]:
     return rows
 
 
-TABLE_HEADER = ["label", "B", "lr rule", "lr", "N* mean [95% CI] (reached)", "realized T (s)", "rN", "updates",
-                "update ratio", "aligned", "|g| actor"]
+TABLE_HEADER = ["label", "B", "lr rule", "lr", "rollout (mean staleness)", "N* mean [95% CI] (reached)",
+                "realized T (s)", "rN", "updates", "update ratio", "aligned", "|g| actor"]
 
 
 def render_report(result: dict, details: dict, figures: bool = True) -> str:

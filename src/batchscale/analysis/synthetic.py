@@ -45,8 +45,10 @@ def write_synthetic_run(
     grad_floor: float = 1e-4,
     with_critic: bool = False,
     gns_sd: float = 0.05,
+    max_staleness: int | None = None,
 ) -> Path:
-    """Write one synthetic run directory (a finished run); returns run_dir."""
+    """Write one synthetic run directory (a finished run); returns run_dir. With `max_staleness` k it is an
+    asynchronous run whose updates consume samples k/2 policy versions old on average (async/staleness_mean)."""
     rng = np.random.default_rng([seed, prompts_per_step, int(slowdown * 1000)])
     gns_rng = np.random.default_rng([seed, prompts_per_step, int(slowdown * 1000), 16])
     samples_per_step = prompts_per_step * samples_per_prompt
@@ -57,6 +59,8 @@ def write_synthetic_run(
         label=label, seed=seed, algorithm="grpo", prompts_per_step=prompts_per_step,
         samples_per_prompt=samples_per_prompt, samples_per_step=samples_per_step, lr=lr, lr_rule=lr_rule,
         model="synthetic", task="synthetic", source="synthetic",
+        **({} if max_staleness is None else {"rollout_mode": "async", "max_staleness": max_staleness,
+                                             "generation_batch": 2 * samples_per_step}),
     )
 
     def score(samples: int) -> float:
@@ -77,6 +81,8 @@ def write_synthetic_run(
         factors = np.exp(gns_sd * gns_rng.standard_normal(3))
         record.update({"gns/grad_sq": float(a * factors[0]), "gns/trace_sigma": float(b * factors[1]),
                        "gns/b_noise": float(noise_scale * factors[2])})
+        if max_staleness is not None:
+            record.update({"async/staleness_mean": max_staleness / 2, "async/staleness_max": max_staleness})
         if with_critic:
             record.update({"grad_norm/critic": 2.0 * grad_norm ** 0.2, "lr/critic": lr, "time/train_critic": 0.1})
         records.append(record)

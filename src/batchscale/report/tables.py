@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
-from batchscale.analysis.report import format_number, format_samples_to_target
+from batchscale.analysis.report import format_number, format_samples_to_target, rollout_cell
 from batchscale.plan.explain import format_duration
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
                    "T = N*/q", "realized T", "T/T_ref", "feasible"]
-LEARNING_HEADER = ["label", "B_train", "lr", "seeds", "N* mean [95% CI] (reached)", "rN", "update ratio", "aligned",
-                   "|g| actor"]
+LEARNING_HEADER = ["label", "B_train", "lr", "seeds", "rollout (mean staleness)", "N* mean [95% CI] (reached)", "rN",
+                   "update ratio", "aligned", "|g| actor"]
 
 
 def _fixed(value, spec: str) -> str:
@@ -54,7 +54,7 @@ def learning_rows(analysis: dict) -> list[list[str]]:
         rows.append([
             label + (" (ref)" if label == analysis.get("reference") else ""),
             format_number(config.get("samples_per_step")), format_number(config.get("lr")),
-            str(len(seeds)) if isinstance(seeds, list) else format_number(seeds),
+            str(len(seeds)) if isinstance(seeds, list) else format_number(seeds), rollout_cell(config),
             format_samples_to_target(config["samples_to_target"]), format_number(config.get("r_n")),
             format_number(config.get("update_ratio")), format_number(config.get("aligned")),
             format_number(config.get("grad_norm_actor")),

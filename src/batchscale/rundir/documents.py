@@ -78,6 +78,9 @@ class LabelAnalysis(Strict):
     time_to_target_realized: float | None = None  # seconds of time/step up to N*, mean over reached seeds
     learns: bool | None = None  # its mean curve rises clearly above its start (analysis/signal.py)
     r_n_predicted: float | None = None  # from the reference run's own B_noise (analysis.prediction)
+    rollout_mode: Literal["sync", "async"] = "sync"  # run.json's: each mode is its own label
+    max_staleness: int | None = None  # async: the bound k on policy versions a consumed sample may lag
+    staleness_mean: float | None = None  # async: async/staleness_mean over every step and seed
 
 
 class NoiseScaleValue(Strict):
