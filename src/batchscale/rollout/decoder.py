@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
-from batchscale.rollout.native import bf16_linear
-from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_small_batch_rows
+from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -44,12 +43,6 @@ def check_supported(model) -> None:
     if rope_type not in STATIC_ROPE_TYPES:
         raise UserError("rollout.backend", f"the engine supports static RoPE ({', '.join(STATIC_ROPE_TYPES)}), "
                         f"not {rope_type!r}", fix)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if weight.dtype != x.dtype:  # bf16 matrices of the small-batch pack, float32 activations: the AVX2 kernel
-        return bf16_linear(x, weight, bias)
-    return F.linear(x, weight, bias)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +70,8 @@ class SlotDecoder:
         self.act = F.silu if config.hidden_act == "silu" else ACT2FN[config.hidden_act]
         weight = self.body.embed_tokens.weight
         self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
-        self.packed = PackedWeights(self.dtype, resolve_small_batch_rows(compute_dtype, weight.dtype, self.dtype,
-                                                                         weight.device))
+        kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
+        self.packed = PackedWeights(self.dtype, rows, kernel)
         self.weights = None
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -119,7 +112,7 @@ class SlotDecoder:
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
-    def _project(self, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _project(self, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, linear=F.linear):
         """q (B, H, L, D), k and v (B, H_kv, L, D) for x (B, L, d), RoPE applied to q and k (one pass over both:
         they are adjacent in the fused projection). cos, sin broadcast against (B, L, heads, D)."""
         batch, width = x.shape[:2]
@@ -134,11 +127,11 @@ class SlotDecoder:
         q, k = qk.split((self.num_heads, self.num_kv_heads), dim=2)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def _mlp(self, w: LayerWeights, x: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, w: LayerWeights, x: torch.Tensor, linear=F.linear) -> torch.Tensor:
         gate, up = linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
         return linear(self.act(gate) * up, w.down, w.down_bias)
 
-    def _logits(self, hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+    def _logits(self, hidden: torch.Tensor, lm_head: torch.Tensor, linear=F.linear) -> torch.Tensor:
         return linear(self._norm(hidden, self.weights.final_norm), lm_head, None).float()  # (B, V)
 
     def prefill(self, rows: torch.Tensor, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -156,7 +149,7 @@ class SlotDecoder:
             key_cache[rows, :, :width] = k
             value_cache[rows, :, :width] = v
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa)
-            x = x + linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
+            x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
             x = x + self._mlp(w, x)
         last = x[torch.arange(batch, device=x.device), lengths - 1]  # (B, d)
         return self._logits(last, self.weights.lm_head)
@@ -168,15 +161,15 @@ class SlotDecoder:
         rows = torch.arange(batch, device=tokens.device)
         cos, sin = self.cos[positions][:, None, None], self.sin[positions][:, None, None]  # (B, 1, 1, D)
         mask = (torch.arange(context, device=tokens.device) <= positions[:, None])[:, None, None]  # (B, 1, 1, ctx)
-        layers, lm_head = self.weights.for_batch(batch)
+        layers, lm_head, linear = self.weights.for_batch(batch)  # the bf16 kernel's at a few sequences
         x = F.embedding(tokens[:, None], self.weights.embed)  # (B, 1, d)
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
-            q, k, v = self._project(w, x, cos, sin)
+            q, k, v = self._project(w, x, cos, sin, linear)
             key_cache[rows, :, positions] = k[:, :, 0]  # (B, H_kv, D)
             value_cache[rows, :, positions] = v[:, :, 0]
             keys, values = key_cache[:batch, :, :context], value_cache[:batch, :, :context]  # (B, H_kv, ctx, D)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
                                                  enable_gqa=self.gqa)  # (B, H, 1, D)
             x = x + linear(out.transpose(1, 2).reshape(batch, 1, -1), w.o, w.o_bias)
-            x = x + self._mlp(w, x)
-        return self._logits(x[:, 0], lm_head)
+            x = x + self._mlp(w, x, linear)
+        return self._logits(x[:, 0], lm_head, linear)

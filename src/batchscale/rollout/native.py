@@ -1,12 +1,18 @@
-"""The engine's one native kernel, kernels/bf16_linear.c: compiled on first use, loaded with ctypes.
+"""The engine's native kernels, kernels/*.c: compiled on first use, loaded with ctypes, chosen by the CPU's flags.
 
-Built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and flags,
-staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernel sees raw
-pointers), so the build takes about a second. OpenMP comes from the process's libgomp.so.1, which torch has already
-loaded, so the kernel and torch share one thread runtime.
+Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which flags each needs):
+- "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
+  bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`).
+- "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
+  bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`).
 
-`bf16_linear_kernel()` returns None, and says why once through `unavailable_reason()`, when the kernel cannot be
-used: not x86-64 Linux, no AVX2/FMA, no compiler, or the build failed. The engine then decodes with torch alone.
+Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
+flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
+see raw pointers), so a build takes about a second. OpenMP comes from the process's libgomp.so.1, which torch has
+already loaded, so the kernels and torch share one thread runtime.
+
+`bf16_linear_kernel(path)` returns None, and `unavailable_reason(path)` says why, when a kernel cannot be used: not
+x86-64 Linux, the CPU lacks its flags, no compiler, or the build failed. The engine then uses torch alone there.
 """
 
 from __future__ import annotations
@@ -24,72 +30,87 @@ from pathlib import Path
 
 import torch
 
-from batchscale.cpu import cpu_flags
+from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-_reason: list[str] = []
+COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+KERNELS = {  # path -> (source, symbol, ISA flags)
+    "avx2": ("bf16_linear.c", "bf16_linear", ("-mavx2", "-mfma")),
+    "avx512_bf16": ("bf16_linear_avx512.c", "bf16_linear_bf16", ("-mavx512f", "-mavx512bw", "-mavx512bf16")),
+}
+_reasons: dict[str, str] = {}
 
 
-def _build(source: str, target: Path) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise RuntimeError("no C compiler (set CC, or install gcc)")
+def _build(compiler: str, flags: tuple[str, ...], source: str, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / "bf16_linear.c", Path(tmp) / target.name
+        src, out = Path(tmp) / "kernel.c", Path(tmp) / target.name
         src.write_text(source)
-        done = subprocess.run([compiler, *FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+        done = subprocess.run([compiler, *flags, str(src), "-o", str(out)], capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[:500]}")
         os.replace(out, target)
 
 
-@lru_cache(maxsize=1)
-def _load():
+@lru_cache(maxsize=None)
+def _load(path: str):
     from batchscale.policy.tiny import cache_root
 
     if platform.system() != "Linux" or platform.machine() != "x86_64":
-        raise RuntimeError(f"the kernel is for x86-64 Linux, not {platform.system()} {platform.machine()}")
-    if not {"avx2", "fma"} <= cpu_flags():
-        raise RuntimeError("this CPU lacks AVX2 or FMA")
-    source = resources.files("batchscale.rollout.kernels").joinpath("bf16_linear.c").read_text()
-    digest = hashlib.sha256((source + " ".join(FLAGS)).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"bf16_linear-{digest}.so"
+        raise RuntimeError(f"the kernels are for x86-64 Linux, not {platform.system()} {platform.machine()}")
+    if not has_kernel_path(path):
+        raise RuntimeError(f"this CPU lacks {' or '.join(sorted(KERNEL_PATH_FLAGS[path]))}")
+    filename, symbol, isa = KERNELS[path]
+    flags = (*COMMON_FLAGS, *isa)
+    source = resources.files("batchscale.rollout.kernels").joinpath(filename).read_text()
+    digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
+    target = cache_root() / "kernels" / f"{Path(filename).stem}-{digest}.so"
     if not target.is_file():
-        _build(source, target)
-    fn = ctypes.CDLL(str(target)).bf16_linear
+        compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise RuntimeError("no C compiler (set CC, or install gcc)")
+        _build(compiler, flags, source, target)
+    fn = getattr(ctypes.CDLL(str(target)), symbol)
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     return fn
 
 
-def bf16_linear_kernel():
-    """The kernel function, or None if it is unavailable here."""
+def bf16_linear_kernel(path: str = "avx2"):
+    """The kernel function of `path` ("avx2" or "avx512_bf16"), or None if it is unavailable here."""
     try:
-        return _load()
+        return _load(path)
     except (RuntimeError, OSError) as e:
-        if not _reason:
-            _reason.append(str(e))
+        _reasons.setdefault(path, str(e))
         return None
 
 
-def unavailable_reason() -> str | None:
-    return _reason[0] if _reason else None
+def unavailable_reason(path: str = "avx2") -> str | None:
+    return _reasons.get(path)
 
 
-def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight.float(), bias) for float32 x (..., K) on the CPU and a bf16 weight (N, K)."""
-    fn = _load()
+def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x_dtype: torch.dtype):
+    fn = _load(path)
     shape = x.shape
     x = x.reshape(-1, shape[-1]).contiguous()
     rows, k = x.shape
     n = weight.shape[0]
-    if x.dtype != torch.float32 or weight.dtype != torch.bfloat16 or weight.shape[1] != k or x.device.type != "cpu":
-        raise ValueError(f"bf16_linear: x {tuple(shape)} {x.dtype} on {x.device} (float32, CPU), "
+    if x.dtype != x_dtype or weight.dtype != torch.bfloat16 or weight.shape[1] != k or x.device.type != "cpu":
+        raise ValueError(f"bf16 linear ({path}): x {tuple(shape)} {x.dtype} on {x.device} ({x_dtype}, CPU), "
                          f"weight {tuple(weight.shape)} {weight.dtype} (bfloat16)")
-    if not weight.is_contiguous() or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous())):
-        raise ValueError("bf16_linear: weight and bias must be contiguous, bias float32")
-    y = torch.empty(rows, n, dtype=torch.float32)
+    if not weight.is_contiguous() or (bias is not None and (bias.dtype != x_dtype or not bias.is_contiguous())):
+        raise ValueError(f"bf16 linear ({path}): weight and bias must be contiguous, bias {x_dtype}")
+    y = torch.empty(rows, n, dtype=x_dtype)
     fn(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), rows, n, k,
        torch.get_num_threads())
     return y.view(*shape[:-1], n)
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight.float(), bias) for float32 x (..., K) on the CPU and a bf16 weight (N, K): the AVX2 kernel."""
+    return _call("avx2", x, weight, bias, torch.float32)
+
+
+def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x.float(), weight.float(), bias.float()) rounded to bf16, for bf16 x (..., K), weight (N, K) and bias
+    on the CPU: the AVX512-BF16 kernel (float32 accumulation)."""
+    return _call("avx512_bf16", x, weight, bias, torch.bfloat16)
