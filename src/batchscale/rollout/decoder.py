@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
+from batchscale.rollout import native
 from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -72,6 +73,10 @@ class SlotDecoder:
         self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
         kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
         self.packed = PackedWeights(self.dtype, rows, kernel)
+        # bf16 decode on a CPU with native bf16: the fused small ops of kernels/decode_avx512.c (not for qwen3's q/k
+        # norms or a gate activation other than silu, which keep the torch path)
+        self.fused = (kernel == "avx512_bf16" and config.hidden_act == "silu"
+                      and getattr(attn, "q_norm", None) is None)
         self.weights = None
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -156,6 +161,8 @@ class SlotDecoder:
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V)."""
+        if self.fused:
+            return self._decode_fused(tokens, positions)
         batch = tokens.shape[0]
         context = int(positions.max()) + 1
         rows = torch.arange(batch, device=tokens.device)
@@ -173,3 +180,23 @@ class SlotDecoder:
             x = x + linear(out.transpose(1, 2).reshape(batch, 1, -1), w.o, w.o_bias)
             x = x + self._mlp(w, x, linear)
         return self._logits(x[:, 0], lm_head, linear)
+
+    def _decode_fused(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """decode() with one native call per small op (rollout/native.py): what a layer computes is the same, each
+        op's result rounded once to bf16. The residual add is fused into the next RMSNorm."""
+        batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        rows, positions = torch.arange(batch), positions.contiguous()
+        lengths = positions + 1  # (B,) cache positions each row attends to
+        layers, lm_head, linear = self.weights.for_batch(batch)
+        x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
+        delta = None  # the previous layer's MLP output, added to x by the next norm
+        for w, key_cache, value_cache in zip(layers, self.keys, self.values):
+            qkv = linear(native.add_rms_norm(x, delta, w.input_norm, self.eps), w.qkv, w.qkv_bias)  # (B, (H+2H_kv)D)
+            native.rope(qkv, self.cos, self.sin, positions, heads + kv_heads)
+            kv = qkv[:, heads * dim:].view(batch, 2, kv_heads, dim)
+            key_cache[rows, :, positions] = kv[:, 0]  # (B, H_kv, D)
+            value_cache[rows, :, positions] = kv[:, 1]
+            out = native.attention(qkv, heads, key_cache, value_cache, lengths, self.scaling)  # (B, H D)
+            hidden = native.add_rms_norm(x, linear(out, w.o, w.o_bias), w.post_norm, self.eps)  # (B, d)
+            delta = linear(native.silu_mul(linear(hidden, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()

@@ -4,7 +4,8 @@ Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which f
 - "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
   bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`).
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
-  bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`).
+  bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
+  ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`).
 
 Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
 flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
@@ -33,46 +34,62 @@ import torch
 from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-KERNELS = {  # path -> (source, symbol, ISA flags)
-    "avx2": ("bf16_linear.c", "bf16_linear", ("-mavx2", "-mfma")),
-    "avx512_bf16": ("bf16_linear_avx512.c", "bf16_linear_bf16", ("-mavx512f", "-mavx512bw", "-mavx512bf16")),
+KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
+    "avx2": (("bf16_linear.c",), "bf16_linear", ("-mavx2", "-mfma")),
+    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c"), "bf16_linear_bf16",
+                    ("-mavx512f", "-mavx512bw", "-mavx512bf16", "-fno-math-errno")),
+}
+P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+SIGNATURES = {  # symbol -> argument types
+    "bf16_linear": [P] * 4 + [I64] * 3 + [INT], "bf16_linear_bf16": [P] * 4 + [I64] * 3 + [INT],
+    "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
+    "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
 }
 _reasons: dict[str, str] = {}
 
 
-def _build(compiler: str, flags: tuple[str, ...], source: str, target: Path) -> None:
+def _build(compiler: str, flags: tuple[str, ...], sources: list[str], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / "kernel.c", Path(tmp) / target.name
-        src.write_text(source)
-        done = subprocess.run([compiler, *flags, str(src), "-o", str(out)], capture_output=True, text=True)
+        files = [Path(tmp) / f"kernel{i}.c" for i in range(len(sources))]
+        for file, source in zip(files, sources):
+            file.write_text(source)
+        out = Path(tmp) / target.name
+        done = subprocess.run([compiler, *flags, *map(str, files), "-o", str(out), "-lm"], capture_output=True,
+                              text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[:500]}")
         os.replace(out, target)
 
 
 @lru_cache(maxsize=None)
-def _load(path: str):
+def _library(path: str) -> ctypes.CDLL:
     from batchscale.policy.tiny import cache_root
 
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise RuntimeError(f"the kernels are for x86-64 Linux, not {platform.system()} {platform.machine()}")
     if not has_kernel_path(path):
         raise RuntimeError(f"this CPU lacks {' or '.join(sorted(KERNEL_PATH_FLAGS[path]))}")
-    filename, symbol, isa = KERNELS[path]
+    filenames, _, isa = KERNELS[path]
     flags = (*COMMON_FLAGS, *isa)
-    source = resources.files("batchscale.rollout.kernels").joinpath(filename).read_text()
-    digest = hashlib.sha256((source + " ".join(flags)).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"{Path(filename).stem}-{digest}.so"
+    sources = [resources.files("batchscale.rollout.kernels").joinpath(name).read_text() for name in filenames]
+    digest = hashlib.sha256(("".join(sources) + " ".join(flags)).encode()).hexdigest()[:16]
+    target = cache_root() / "kernels" / f"{Path(filenames[0]).stem}-{digest}.so"
     if not target.is_file():
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             raise RuntimeError("no C compiler (set CC, or install gcc)")
-        _build(compiler, flags, source, target)
-    fn = getattr(ctypes.CDLL(str(target)), symbol)
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    return fn
+        _build(compiler, flags, sources, target)
+    library = ctypes.CDLL(str(target))
+    for symbol, argtypes in SIGNATURES.items():
+        if hasattr(library, symbol):
+            fn = getattr(library, symbol)
+            fn.restype, fn.argtypes = None, argtypes
+    return library
+
+
+def _load(path: str):
+    return getattr(_library(path), KERNELS[path][1])
 
 
 def bf16_linear_kernel(path: str = "avx2"):
@@ -114,3 +131,42 @@ def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     """F.linear(x.float(), weight.float(), bias.float()) rounded to bf16, for bf16 x (..., K), weight (N, K) and bias
     on the CPU: the AVX512-BF16 kernel (float32 accumulation)."""
     return _call("avx512_bf16", x, weight, bias, torch.bfloat16)
+
+
+# The fused small ops of a bf16 decode step (kernels/decode_avx512.c), on contiguous bf16 CPU tensors.
+
+def _ops():
+    return _library("avx512_bf16")
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x += delta in place (x (M, D) contiguous bf16; delta None: no add), then RMSNorm(x) * weight (M, D)."""
+    y = torch.empty_like(x)
+    _ops().add_rms_norm_bf16(x.data_ptr(), None if delta is None else delta.contiguous().data_ptr(),
+                             weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
+    return y
+
+
+def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, heads: int) -> None:
+    """RoPE in place on the first `heads` heads of qkv (M, width) at positions (M,), tables cos, sin (length, D)."""
+    _ops().rope_bf16(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv.shape[0],
+                     qkv.shape[1], heads, cos.shape[1])
+
+
+def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """One query per row (the first `heads` heads of qkv (M, width)) over rows 0..M-1 of the caches (slots, H_kv, L,
+    D), lengths[m] positions each. Returns (M, heads * D)."""
+    slots, kv_heads, length, dim = keys.shape
+    out = torch.empty(qkv.shape[0], heads * dim, dtype=torch.bfloat16)
+    _ops().attention_bf16(qkv.data_ptr(), qkv.shape[1], keys.data_ptr(), values.data_ptr(), lengths.data_ptr(),
+                          out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale, torch.get_num_threads())
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up (M, 2F) = [gate | up]. Returns (M, F)."""
+    rows, width = gate_up.shape
+    y = torch.empty(rows, width // 2, dtype=torch.bfloat16)
+    _ops().silu_mul_bf16(gate_up.data_ptr(), y.data_ptr(), rows, width // 2)
+    return y

@@ -1,0 +1,108 @@
+/* The small ops of a bf16 decode step, fused, for CPUs with native bf16 (built with bf16_linear_avx512.c).
+ *
+ * At a few sequences a decode step's matrices take ~10 ms on one core (SmolLM2-135M); the rest of a layer in torch
+ * is ~20 small ops, and in bf16 torch decomposes RMSNorm into ~8 of them and runs attention through its flash kernel
+ * (~70 us a call), several ms per step in all. Each function here is one call per layer instead:
+ * - add_rms_norm: x += delta (rounded to bf16, as torch adds bf16), then y = x * rsqrt(mean(x^2) + eps) * g;
+ * - rope: rotary embedding in place on the q and k heads of the fused projection's output, for each row's position
+ *   (x * cos + rotate_half(x) * sin, the model's own cos/sin tables);
+ * - attention: one query per row over its own cached keys and values (rows 0..B-1, lengths[b] positions each), with
+ *   grouped KV heads; no mask, no positions past a row's own length;
+ * - silu_mul: silu(gate) * up over the fused gate/up output.
+ * Arithmetic is float32 and each output is rounded once to bf16 (round to nearest even), where torch's bf16 ops
+ * round after each op: results agree with torch's bf16 decode to bf16 precision, not bit for bit.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float to_f32(uint16_t bits) {
+    uint32_t widened = (uint32_t)bits << 16;
+    float value;
+    memcpy(&value, &widened, sizeof value);
+    return value;
+}
+
+static inline uint16_t to_bf16(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* x (M, D) bf16 in place; delta (M, D) or NULL; g (D,); y (M, D). */
+void add_rms_norm_bf16(uint16_t *x, const uint16_t *delta, const uint16_t *g, uint16_t *y, int64_t M, int64_t D,
+                       float eps) {
+    for (int64_t m = 0; m < M; m++) {
+        uint16_t *xm = x + m * D;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < D; i++) {
+            if (delta) xm[i] = to_bf16(to_f32(xm[i]) + to_f32(delta[m * D + i]));
+            float v = to_f32(xm[i]);
+            sum += v * v;
+        }
+        float inv = 1.0f / sqrtf(sum / (float)D + eps);
+        for (int64_t i = 0; i < D; i++) y[m * D + i] = to_bf16(to_f32(xm[i]) * inv * to_f32(g[i]));
+    }
+}
+
+/* qkv (M, width) bf16: heads 0..heads-1 of D values each from column 0 get RoPE at position positions[m]; cos, sin
+ * (length, D) bf16 tables. */
+void rope_bf16(uint16_t *qkv, const uint16_t *cos, const uint16_t *sin, const int64_t *positions, int64_t M,
+               int64_t width, int64_t heads, int64_t D) {
+    int64_t half = D / 2;
+    for (int64_t m = 0; m < M; m++) {
+        const uint16_t *c = cos + positions[m] * D, *s = sin + positions[m] * D;
+        for (int64_t h = 0; h < heads; h++) {
+            uint16_t *x = qkv + m * width + h * D;
+            for (int64_t i = 0; i < half; i++) {
+                float a = to_f32(x[i]), b = to_f32(x[i + half]);
+                x[i] = to_bf16(a * to_f32(c[i]) - b * to_f32(s[i]));
+                x[i + half] = to_bf16(b * to_f32(c[i + half]) + a * to_f32(s[i + half]));
+            }
+        }
+    }
+}
+
+/* q: row m's head h at q + m * q_row + h * D; keys, values: cache (slots, H_kv, L, D) bf16; out (M, H, D) bf16. */
+void attention_bf16(const uint16_t *q, int64_t q_row, const uint16_t *keys, const uint16_t *values,
+                    const int64_t *lengths, uint16_t *out, int64_t M, int64_t H, int64_t H_kv, int64_t L, int64_t D,
+                    float scale, int threads) {
+    int64_t group = H / H_kv;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t t = 0; t < M * H; t++) {
+        int64_t m = t / H, h = t % H, n = lengths[m];
+        const uint16_t *qh = q + m * q_row + h * D;
+        const uint16_t *kh = keys + ((m * H_kv + h / group) * L) * D, *vh = values + ((m * H_kv + h / group) * L) * D;
+        float qf[D], acc[D], scores[n];
+        for (int64_t i = 0; i < D; i++) qf[i] = to_f32(qh[i]) * scale, acc[i] = 0.0f;
+        float top = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t *kj = kh + j * D;
+            float s = 0.0f;
+            for (int64_t i = 0; i < D; i++) s += qf[i] * to_f32(kj[i]);
+            scores[j] = s;
+            if (s > top) top = s;
+        }
+        float total = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            float p = expf(scores[j] - top);
+            total += p;
+            const uint16_t *vj = vh + j * D;
+            for (int64_t i = 0; i < D; i++) acc[i] += p * to_f32(vj[i]);
+        }
+        uint16_t *o = out + (m * H + h) * D;
+        for (int64_t i = 0; i < D; i++) o[i] = to_bf16(acc[i] / total);
+    }
+}
+
+/* gate_up (M, 2F) bf16: [gate | up]; y (M, F) = silu(gate) * up. */
+void silu_mul_bf16(const uint16_t *gate_up, uint16_t *y, int64_t M, int64_t F) {
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t i = 0; i < F; i++) {
+            float g = to_f32(gate_up[m * 2 * F + i]), u = to_f32(gate_up[m * 2 * F + F + i]);
+            y[m * F + i] = to_bf16(g / (1.0f + expf(-g)) * u);
+        }
+}
