@@ -14,7 +14,7 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # widens bf16 weights in registers (CPUs without native bf16); "avx512_bf16" keeps activations in bf16 and multiplies
 # with vdpbf16ps (CPUs with native bf16).
 KERNEL_PATH_FLAGS = {"avx2": frozenset({"avx2", "fma"}),
-                     "avx512_bf16": frozenset({"avx512f", "avx512bw", "avx512_bf16"})}
+                     "avx512_bf16": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"})}
 
 
 @lru_cache(maxsize=1)
@@ -57,5 +57,5 @@ def has_kernel_path(path: str) -> bool:
 
 def kernel_flags() -> list[str]:
     """The flags that choose kernel paths here (vector width, bf16), for saying which CPU a number was measured on."""
-    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16", "amx_tile")
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16", "amx_tile")
     return [flag for flag in wanted if flag in cpu_flags()]

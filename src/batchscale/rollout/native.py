@@ -37,7 +37,7 @@ COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
     "avx2": (("bf16_linear.c",), "bf16_linear", ("-mavx2", "-mfma")),
     "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c"), "bf16_linear_bf16",
-                    ("-mavx512f", "-mavx512bw", "-mavx512bf16", "-fno-math-errno")),
+                    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
 }
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 SIGNATURES = {  # symbol -> argument types
