@@ -6,6 +6,12 @@ every generate call, so an optimizer step on the policy is seen by the next call
 `LlamaDecoderLayer` computes: RMSNorm, rotary embeddings (the model's own tables), attention over the KV cache, the
 gated MLP.
 
+Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
+step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
+row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
+NATIVE_SMALL_BATCH_ROWS sequences, torch's bf16 GEMM above. It departs from HF's bf16 arithmetic in rounding only:
+each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
+
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it
 decodes; `move_row` lets the scheduler keep the active rows contiguous (rows 0..B-1), so a decode step works on a
