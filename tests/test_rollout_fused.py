@@ -2,7 +2,8 @@
 
 Each op computes in float32 and rounds its output once to bf16, so each is held to its float32 reference over the
 same bf16 inputs within two bf16 ulps (relative 2^-6). Attention is checked against scaled_dot_product_attention
-with a per-row length mask and grouped KV heads, rows of different lengths, on one and two threads. The whole
+with a per-row length mask and grouped KV heads, rows of different lengths (whole blocks of 16 scores and tails),
+head sizes 16, 64 and 80 (the register and the memory path), on one and two threads. The whole
 fused decode is checked against torch's bf16 decode in tests/test_rollout_weights.py. Skipped, with the reason, on
 a CPU without avx512_bf16.
 """
@@ -52,12 +53,13 @@ def test_rope_rotates_q_and_k_heads_only():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_attention_equals_masked_sdpa(threads):
+@pytest.mark.parametrize("dim, length", [(16, 12), (64, 37), (80, 20)])  # D <= 64 in registers, D = 80 in memory
+def test_attention_equals_masked_sdpa(threads, dim, length):
     gen = torch.Generator().manual_seed(2)
-    rows, heads, kv_heads, dim, length = 3, 4, 2, 16, 12
+    rows, heads, kv_heads = 3, 4, 2
     qkv = bf16(rows, (heads + 2 * kv_heads) * dim, gen=gen)
     keys, values = bf16(5, kv_heads, length, dim, gen=gen), bf16(5, kv_heads, length, dim, gen=gen)  # 5 slots
-    lengths = torch.tensor([1, 12, 6])
+    lengths = torch.tensor([1, length, length // 2 + 1])  # blocks of 16 scores and their tails
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -60,7 +60,9 @@ static inline __attribute__((always_inline)) void step(const uint16_t *xr, const
 /* The horizontal sums of 16 vectors v[m][c], as lane m * 4 + c of one vector: pairs of vectors fold their 512-bit
  * halves together, then quarters, then lanes within each 128-bit block, and one permute puts the sums in order
  * (~45 instructions for 16 sums, where 16 _mm512_reduce_add_ps take ~160). */
-static inline __m512 reduce16(__m512 v[MR][NR]) {
+__m512 reduce16(__m512 v[MR][NR]);  /* also used by decode_avx512.c's attention */
+
+__m512 reduce16(__m512 v[MR][NR]) {
     __m512 t[8], u[4];
     for (int i = 0; i < 8; i++) {
         __m512 a = v[(2 * i) / NR][(2 * i) % NR], b = v[(2 * i + 1) / NR][(2 * i + 1) % NR];

@@ -86,6 +86,8 @@ static inline __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+__m512 reduce16(__m512 v[4][4]);  /* bf16_linear_avx512.c: lane 4 m + c = the sum of v[m][c] */
+
 static inline __mmask16 tail16(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u); }
 
 static inline __m512 widen16(const uint16_t *p, __mmask16 mask) {  /* 16 bf16 -> float32, exact */
@@ -108,15 +110,22 @@ void attention_bf16(const uint16_t *q, int64_t q_row, const uint16_t *keys, cons
         const uint16_t *kh = keys + ((m * H_kv + h / group) * L) * D, *vh = values + ((m * H_kv + h / group) * L) * D;
         float acc[D], scores[n];
         float top = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            __m512 dot = _mm512_setzero_ps();
-            for (int64_t i = 0; i < D; i += 32) {
-                __mmask32 mask = D - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - i)) - 1u);
-                dot = _mm512_dpbf16_ps(dot, (__m512bh)_mm512_maskz_loadu_epi16(mask, qh + i),
-                                       (__m512bh)_mm512_maskz_loadu_epi16(mask, kh + j * D + i));
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {  /* 16 scores at a time, summed by one shuffle tree */
+            int64_t count = n - j0 < 16 ? n - j0 : 16;
+            __m512 dots[4][4];
+            for (int64_t l = 0; l < 16; l++) {
+                __m512 dot = _mm512_setzero_ps();
+                for (int64_t i = 0; l < count && i < D; i += 32) {
+                    __mmask32 mask = D - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (D - i)) - 1u);
+                    dot = _mm512_dpbf16_ps(dot, (__m512bh)_mm512_maskz_loadu_epi16(mask, qh + i),
+                                           (__m512bh)_mm512_maskz_loadu_epi16(mask, kh + (j0 + l) * D + i));
+                }
+                dots[l / 4][l % 4] = dot;
             }
-            scores[j] = _mm512_reduce_add_ps(dot) * scale;
-            if (scores[j] > top) top = scores[j];
+            __m512 block = _mm512_mul_ps(reduce16(dots), _mm512_set1_ps(scale));
+            _mm512_mask_storeu_ps(scores + j0, tail16(count), block);
+            float most = _mm512_mask_reduce_max_ps(tail16(count), block);
+            if (most > top) top = most;
         }
         __m512 sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < n; j += 16) {
@@ -127,13 +136,24 @@ void attention_bf16(const uint16_t *q, int64_t q_row, const uint16_t *keys, cons
             sum = _mm512_add_ps(sum, e);
         }
         float total = _mm512_reduce_add_ps(sum);
-        for (int64_t i = 0; i < D; i += 16) _mm512_mask_storeu_ps(acc + i, tail16(D - i), _mm512_setzero_ps());
-        for (int64_t j = 0; j < n; j++) {
-            __m512 p = _mm512_set1_ps(scores[j]);
-            for (int64_t i = 0; i < D; i += 16) {
-                __mmask16 mask = tail16(D - i);
-                __m512 a = _mm512_maskz_loadu_ps(mask, acc + i);
-                _mm512_mask_storeu_ps(acc + i, mask, _mm512_fmadd_ps(p, widen16(vh + j * D + i, mask), a));
+        if (D <= 64) {  /* the usual head sizes: the weighted sum of values in 4 registers */
+            __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int64_t j = 0; j < n; j++) {
+                __m512 p = _mm512_set1_ps(scores[j]);
+                for (int c = 0; c < 4; c++)
+                    if (16 * c < D) a[c] = _mm512_fmadd_ps(p, widen16(vh + j * D + 16 * c, tail16(D - 16 * c)), a[c]);
+            }
+            for (int c = 0; c < 4; c++)
+                if (16 * c < D) _mm512_mask_storeu_ps(acc + 16 * c, tail16(D - 16 * c), a[c]);
+        } else {
+            for (int64_t i = 0; i < D; i += 16) _mm512_mask_storeu_ps(acc + i, tail16(D - i), _mm512_setzero_ps());
+            for (int64_t j = 0; j < n; j++) {
+                __m512 p = _mm512_set1_ps(scores[j]);
+                for (int64_t i = 0; i < D; i += 16) {
+                    __mmask16 mask = tail16(D - i);
+                    __m512 a = _mm512_maskz_loadu_ps(mask, acc + i);
+                    _mm512_mask_storeu_ps(acc + i, mask, _mm512_fmadd_ps(p, widen16(vh + j * D + i, mask), a));
+                }
             }
         }
         uint16_t *o = out + (m * H + h) * D;
