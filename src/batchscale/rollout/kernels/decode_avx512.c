@@ -34,22 +34,6 @@ static inline uint16_t to_bf16(float value) {
     return (uint16_t)(bits >> 16);
 }
 
-/* x (M, D) bf16 in place; delta (M, D) or NULL; g (D,); y (M, D). */
-void add_rms_norm_bf16(uint16_t *x, const uint16_t *delta, const uint16_t *g, uint16_t *y, int64_t M, int64_t D,
-                       float eps) {
-    for (int64_t m = 0; m < M; m++) {
-        uint16_t *xm = x + m * D;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < D; i++) {
-            if (delta) xm[i] = to_bf16(to_f32(xm[i]) + to_f32(delta[m * D + i]));
-            float v = to_f32(xm[i]);
-            sum += v * v;
-        }
-        float inv = 1.0f / sqrtf(sum / (float)D + eps);
-        for (int64_t i = 0; i < D; i++) y[m * D + i] = to_bf16(to_f32(xm[i]) * inv * to_f32(g[i]));
-    }
-}
-
 /* qkv (M, width) bf16: heads 0..heads-1 of D values each from column 0 get RoPE at position positions[m]; cos, sin
  * (length, D) bf16 tables. */
 void rope_bf16(uint16_t *qkv, const uint16_t *cos, const uint16_t *sin, const int64_t *positions, int64_t M,
@@ -96,6 +80,30 @@ static inline __m512 widen16(const uint16_t *p, __mmask16 mask) {  /* 16 bf16 ->
 
 static inline void store16(uint16_t *p, __m512 v, __mmask16 mask) {  /* float32 -> bf16, round to nearest even */
     _mm256_mask_storeu_epi16(p, mask, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+/* x (M, D) bf16 in place; delta (M, D) or NULL; g (D,); y (M, D). */
+void add_rms_norm_bf16(uint16_t *x, const uint16_t *delta, const uint16_t *g, uint16_t *y, int64_t M, int64_t D,
+                       float eps) {
+    for (int64_t m = 0; m < M; m++) {
+        uint16_t *xm = x + m * D;
+        __m512 squares = _mm512_setzero_ps();
+        for (int64_t i = 0; i < D; i += 16) {
+            __mmask16 mask = tail16(D - i);
+            __m512 v = widen16(xm + i, mask);
+            if (delta) {  /* the residual add, rounded to bf16 as torch's bf16 add rounds */
+                store16(xm + i, _mm512_add_ps(v, widen16(delta + m * D + i, mask)), mask);
+                v = widen16(xm + i, mask);
+            }
+            squares = _mm512_fmadd_ps(v, v, squares);
+        }
+        __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(squares) / (float)D + eps));
+        for (int64_t i = 0; i < D; i += 16) {
+            __mmask16 mask = tail16(D - i);
+            store16(y + m * D + i, _mm512_mul_ps(_mm512_mul_ps(widen16(xm + i, mask), inv), widen16(g + i, mask)),
+                    mask);
+        }
+    }
 }
 
 /* q: row m's head h at q + m * q_row + h * D; keys, values: cache (slots, H_kv, L, D) bf16; out (M, H, D) bf16. */
