@@ -83,6 +83,7 @@ class SlotDecoder:
         # norms or a gate activation other than silu, which keep the torch path)
         self.fused = (kernel == "avx512_bf16" and config.hidden_act == "silu"
                       and getattr(attn, "q_norm", None) is None)
+        self._pointers, self._pointer_key = [], None  # native.layer_pointers of the current pack (fused path)
         self.weights = None
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -195,6 +196,9 @@ class SlotDecoder:
         lengths = positions + 1  # (B,) cache positions each row attends to
         layers, lm_head, linear = self.weights.for_batch(batch)
         x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
+        if linear is not F.linear:  # a few sequences: each layer is one native call (same ops, same order)
+            delta = self._decode_layers(x, layers, positions, lengths)
+            return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
         delta = None  # the previous layer's MLP output, added to x by the next norm
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
             qkv = linear(native.add_rms_norm(x, delta, w.input_norm, self.eps), w.qkv, w.qkv_bias)  # (B, (H+2H_kv)D)
@@ -206,3 +210,19 @@ class SlotDecoder:
             hidden = native.add_rms_norm(x, linear(out, w.o, w.o_bias), w.post_norm, self.eps)  # (B, d)
             delta = linear(native.silu_mul(linear(hidden, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
         return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
+
+    def _decode_layers(self, x: torch.Tensor, layers, positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Every layer through native.decode_layer; returns the last layer's MLP output (B, d), not yet added to x."""
+        if self._pointer_key != (self.packed.key, id(layers)):  # re-made after every re-pack
+            self._pointers = [native.layer_pointers(w) for w in layers]
+            self._pointer_key = (self.packed.key, id(layers))
+        batch, d = x.shape
+        heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        ffn = layers[0].down.shape[1]
+        shape = torch.tensor([d, heads, kv_heads, dim, ffn, self.length])
+        scratch = torch.empty(batch * (2 * d + (2 * heads + 2 * kv_heads) * dim + 3 * ffn), dtype=torch.bfloat16)
+        delta = torch.empty_like(x)
+        for i, (pointers, key_cache, value_cache) in enumerate(zip(self._pointers, self.keys, self.values)):
+            native.decode_layer(x, delta if i else None, pointers, key_cache, value_cache, self.cos, self.sin,
+                                positions, lengths, scratch, delta, shape, self.eps, self.scaling)
+        return delta

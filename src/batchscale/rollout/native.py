@@ -5,7 +5,8 @@ Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which f
   bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`).
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
   bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
-  ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`).
+  ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
+  `decode_layer`, a whole layer in one call for steps of a few sequences.
 
 Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
 flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
@@ -44,6 +45,7 @@ SIGNATURES = {  # symbol -> argument types
     "bf16_linear": [P] * 4 + [I64] * 3 + [INT], "bf16_linear_bf16": [P] * 4 + [I64] * 3 + [INT],
     "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
     "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
+    "decode_layer_bf16": [P] * 11 + [I64, P, F32, F32, INT],
 }
 _reasons: dict[str, str] = {}
 
@@ -170,3 +172,23 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     y = torch.empty(rows, width // 2, dtype=torch.bfloat16)
     _ops().silu_mul_bf16(gate_up.data_ptr(), y.data_ptr(), rows, width // 2)
     return y
+
+
+def layer_pointers(w) -> ctypes.Array:
+    """The weights a decode_layer call reads, as the C array it takes (w: a bf16 weights.LayerWeights)."""
+    tensors = (w.input_norm, w.qkv, w.qkv_bias, w.o, w.o_bias, w.post_norm, w.gate_up, w.gate_up_bias, w.down,
+               w.down_bias)
+    return (ctypes.c_void_p * len(tensors))(*(None if t is None else t.data_ptr() for t in tensors))
+
+
+def decode_layer(x: torch.Tensor, delta: torch.Tensor | None, pointers: ctypes.Array, key_cache: torch.Tensor,
+                 value_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                 lengths: torch.Tensor, scratch: torch.Tensor, delta_out: torch.Tensor, shape: torch.Tensor,
+                 eps: float, scale: float) -> None:
+    """One decoder layer for rows 0..M-1 of x (M, d) in one call (kernels/decode_avx512.c): x += delta in place, the
+    layer's MLP output into delta_out; k and v written into the caches. shape: int64 (d, H, H_kv, D, F, L); scratch:
+    bf16, at least M * (2 d + (2 H + 2 H_kv) D + 3 F) elements."""
+    _ops().decode_layer_bf16(x.data_ptr(), None if delta is None else delta.data_ptr(), pointers,
+                             key_cache.data_ptr(), value_cache.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                             positions.data_ptr(), lengths.data_ptr(), scratch.data_ptr(), delta_out.data_ptr(),
+                             x.shape[0], shape.data_ptr(), eps, scale, torch.get_num_threads())
