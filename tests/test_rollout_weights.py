@@ -2,6 +2,11 @@
 
 - The AVX2 kernel equals F.linear over the same weights upcast to float32, for row counts around its 8-row chunks,
   a K that is not a multiple of 8, with and without bias, on one and two threads.
+- The AVX512-BF16 kernel equals F.linear over bf16 activations, weights and bias upcast to float32, rounded once to
+  bf16 (within one bf16 ulp: summation order), for rows around its 4-row tiles, N around its 4-column tiles, a K tail,
+  with and without bias, on one and two threads. Skipped, with the reason, on a CPU without avx512_bf16.
+- A bf16 policy decoded the "auto" way on a CPU with native bf16 (the AVX512-BF16 kernel at small batches, torch's
+  bf16 GEMM above) gives the same greedy tokens as torch's bf16 GEMM everywhere, and log-probs within bf16 tolerance.
 - A bf16 policy decoded the "auto" way (float32 arithmetic; the kernel at small batches, float32 GEMM above) gives
   the same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6).
 - The pack follows the optimizer: after an in-place update the engine decodes with the new weights.
@@ -27,6 +32,20 @@ needs_kernel = pytest.mark.skipif(native.bf16_linear_kernel() is None,
                                   reason=f"bf16 kernel unavailable: {native.unavailable_reason()}")
 
 
+needs_native_kernel = pytest.mark.skipif(native.bf16_linear_kernel("avx512_bf16") is None,
+                                         reason=f"AVX512-BF16 kernel unavailable: "
+                                                f"{native.unavailable_reason('avx512_bf16')}")
+
+
+def on_threads(threads: int, fn):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def prompts():
     return [e.prompt for e in build_task(TaskConfig()).eval_examples()[:20]] + ["7+5=", "123+456="]
@@ -46,13 +65,34 @@ def test_kernel_equals_linear_over_upcast_weights(rows, with_bias, threads):
     x = torch.randn(rows, 37, generator=gen)  # K = 37: four 8-wide steps and a tail of 5
     weight = torch.randn(13, 37, generator=gen).to(torch.bfloat16)
     bias = torch.randn(13, generator=gen) if with_bias else None
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        got = native.bf16_linear(x, weight, bias)
-    finally:
-        torch.set_num_threads(before)
+    got = on_threads(threads, lambda: native.bf16_linear(x, weight, bias))
     torch.testing.assert_close(got, F.linear(x, weight.float(), bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_native_kernel
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 17])
+@pytest.mark.parametrize("columns", [13, 16])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_kernel_equals_linear_over_upcast_weights(rows, columns, with_bias, threads):
+    gen = torch.Generator().manual_seed(rows)
+    k = 77  # two 32-wide steps and a tail of 13
+    x = torch.randn(rows, k, generator=gen).to(torch.bfloat16)
+    weight = torch.randn(columns, k, generator=gen).to(torch.bfloat16)  # 13: three 4-column tiles and one column
+    bias = torch.randn(columns, generator=gen).to(torch.bfloat16) if with_bias else None
+    got = on_threads(threads, lambda: native.bf16_linear_native(x, weight, bias))
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, columns)
+    exact = F.linear(x.float(), weight.float(), None if bias is None else bias.float())  # (rows, columns)
+    torch.testing.assert_close(got.float(), exact.to(torch.bfloat16).float(), rtol=2**-7, atol=0)
+    assert (got == exact.to(torch.bfloat16)).float().mean() > 0.9  # mostly the same rounding, not just close
+
+
+@needs_native_kernel
+def test_native_kernel_rejects_float32_activations():
+    weight = torch.randn(5, 16).to(torch.bfloat16)
+    assert native.bf16_linear_native(torch.randn(2, 1, 16).bfloat16(), weight).shape == (2, 1, 5)
+    with pytest.raises(ValueError, match="bfloat16"):
+        native.bf16_linear_native(torch.randn(2, 16), weight)
 
 
 @needs_kernel
@@ -90,6 +130,37 @@ def test_auto_bf16_decode_equals_float32_decode(bf16_policy, prompts, monkeypatc
         assert got.response_ids == expected.response_ids
         flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
         torch.testing.assert_close(flat(got), flat(expected), atol=1e-4, rtol=0)
+
+
+@needs_native_kernel
+def test_native_bf16_decode_equals_torch_bf16_decode(bf16_policy, prompts, monkeypatch, one_torch_thread):
+    monkeypatch.setattr(packing, "native_bf16_cpu", lambda: True)
+    auto = build_engine("engine", bf16_policy, max_concurrency=24, compute_dtype="auto")
+    assert auto.decoder.dtype == torch.bfloat16 and auto.decoder.packed.kernel == "avx512_bf16"
+    assert auto.decoder.packed.small_batch_rows == packing.NATIVE_SMALL_BATCH_ROWS
+    torch_only = build_engine("engine", bf16_policy, max_concurrency=24, compute_dtype="model")
+    assert torch_only.decoder.dtype == torch.bfloat16 and torch_only.decoder.packed.small_batch_rows == 0
+    params = SamplingParams(max_new_tokens=10, greedy=True)
+    for batch in (prompts, prompts[:3]):  # 22 sequences decode with torch's bf16 GEMM, 3 with the kernel
+        got, expected = auto.generate(batch, params), torch_only.generate(batch, params)
+        assert got.stats["active_max"] == len(batch)
+        assert got.response_ids == expected.response_ids
+        flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
+        torch.testing.assert_close(flat(got), flat(expected), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("setting, model, compute, expected", [
+    ("auto", torch.bfloat16, torch.float32, "avx2"),
+    ("auto", torch.bfloat16, torch.bfloat16, "avx512_bf16"),
+    ("auto", torch.float32, torch.float32, None),
+    ("model", torch.bfloat16, torch.bfloat16, None),
+    ("float32", torch.bfloat16, torch.float32, None),
+])
+def test_kernel_resolution(setting, model, compute, expected):
+    path, rows = packing.resolve_kernel(setting, model, compute, torch.device("cpu"))
+    if expected is not None and native.bf16_linear_kernel(expected) is None:
+        expected = None  # this CPU lacks the path: the engine falls back to torch
+    assert path == expected and (rows > 0) == (expected is not None)
 
 
 def test_pack_follows_in_place_updates(random_model_dir, prompts, one_torch_thread):

@@ -10,6 +10,11 @@ from __future__ import annotations
 from functools import lru_cache
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# The engine's bf16 linear kernels (rollout/kernels/) and the flags each needs: "avx2" takes float32 activations and
+# widens bf16 weights in registers (CPUs without native bf16); "avx512_bf16" keeps activations in bf16 and multiplies
+# with vdpbf16ps (CPUs with native bf16).
+KERNEL_PATH_FLAGS = {"avx2": frozenset({"avx2", "fma"}),
+                     "avx512_bf16": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"})}
 
 
 @lru_cache(maxsize=1)
@@ -45,7 +50,12 @@ def cpu_model() -> str | None:
     return line.partition(":")[2].strip() if line else None
 
 
+def has_kernel_path(path: str) -> bool:
+    """Whether this CPU has every flag the kernel path `path` (a key of KERNEL_PATH_FLAGS) is compiled for."""
+    return KERNEL_PATH_FLAGS[path] <= cpu_flags()
+
+
 def kernel_flags() -> list[str]:
     """The flags that choose kernel paths here (vector width, bf16), for saying which CPU a number was measured on."""
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_bf16", "amx_tile")
     return [flag for flag in wanted if flag in cpu_flags()]

@@ -6,6 +6,12 @@ every generate call, so an optimizer step on the policy is seen by the next call
 `LlamaDecoderLayer` computes: RMSNorm, rotary embeddings (the model's own tables), attention over the KV cache, the
 gated MLP.
 
+Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
+step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
+row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
+NATIVE_SMALL_BATCH_ROWS sequences, torch's bf16 GEMM above. It departs from HF's bf16 arithmetic in rounding only:
+each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
+
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it
 decodes; `move_row` lets the scheduler keep the active rows contiguous (rows 0..B-1), so a decode step works on a
@@ -23,8 +29,8 @@ import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
-from batchscale.rollout.native import bf16_linear
-from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_small_batch_rows
+from batchscale.rollout import native
+from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_kernel
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -44,12 +50,6 @@ def check_supported(model) -> None:
     if rope_type not in STATIC_ROPE_TYPES:
         raise UserError("rollout.backend", f"the engine supports static RoPE ({', '.join(STATIC_ROPE_TYPES)}), "
                         f"not {rope_type!r}", fix)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if weight.dtype != x.dtype:  # bf16 matrices of the small-batch pack, float32 activations: the AVX2 kernel
-        return bf16_linear(x, weight, bias)
-    return F.linear(x, weight, bias)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +77,13 @@ class SlotDecoder:
         self.act = F.silu if config.hidden_act == "silu" else ACT2FN[config.hidden_act]
         weight = self.body.embed_tokens.weight
         self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
-        self.packed = PackedWeights(self.dtype, resolve_small_batch_rows(compute_dtype, weight.dtype, self.dtype,
-                                                                         weight.device))
+        kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
+        self.packed = PackedWeights(self.dtype, rows, kernel)
+        # bf16 decode on a CPU with native bf16: the fused small ops of kernels/decode_avx512.c (not for qwen3's q/k
+        # norms or a gate activation other than silu, which keep the torch path)
+        self.fused = (kernel == "avx512_bf16" and config.hidden_act == "silu"
+                      and getattr(attn, "q_norm", None) is None)
+        self._pointers, self._pointer_key = [], None  # native.layer_pointers of the current pack (fused path)
         self.weights = None
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
@@ -119,7 +124,7 @@ class SlotDecoder:
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
-    def _project(self, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _project(self, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, linear=F.linear):
         """q (B, H, L, D), k and v (B, H_kv, L, D) for x (B, L, d), RoPE applied to q and k (one pass over both:
         they are adjacent in the fused projection). cos, sin broadcast against (B, L, heads, D)."""
         batch, width = x.shape[:2]
@@ -134,11 +139,11 @@ class SlotDecoder:
         q, k = qk.split((self.num_heads, self.num_kv_heads), dim=2)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def _mlp(self, w: LayerWeights, x: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, w: LayerWeights, x: torch.Tensor, linear=F.linear) -> torch.Tensor:
         gate, up = linear(self._norm(x, w.post_norm), w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
         return linear(self.act(gate) * up, w.down, w.down_bias)
 
-    def _logits(self, hidden: torch.Tensor, lm_head: torch.Tensor) -> torch.Tensor:
+    def _logits(self, hidden: torch.Tensor, lm_head: torch.Tensor, linear=F.linear) -> torch.Tensor:
         return linear(self._norm(hidden, self.weights.final_norm), lm_head, None).float()  # (B, V)
 
     def prefill(self, rows: torch.Tensor, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -156,27 +161,68 @@ class SlotDecoder:
             key_cache[rows, :, :width] = k
             value_cache[rows, :, :width] = v
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa)
-            x = x + linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
+            x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
             x = x + self._mlp(w, x)
         last = x[torch.arange(batch, device=x.device), lengths - 1]  # (B, d)
         return self._logits(last, self.weights.lm_head)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V)."""
+        if self.fused:
+            return self._decode_fused(tokens, positions)
         batch = tokens.shape[0]
         context = int(positions.max()) + 1
         rows = torch.arange(batch, device=tokens.device)
         cos, sin = self.cos[positions][:, None, None], self.sin[positions][:, None, None]  # (B, 1, 1, D)
         mask = (torch.arange(context, device=tokens.device) <= positions[:, None])[:, None, None]  # (B, 1, 1, ctx)
-        layers, lm_head = self.weights.for_batch(batch)
+        layers, lm_head, linear = self.weights.for_batch(batch)  # the bf16 kernel's at a few sequences
         x = F.embedding(tokens[:, None], self.weights.embed)  # (B, 1, d)
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
-            q, k, v = self._project(w, x, cos, sin)
+            q, k, v = self._project(w, x, cos, sin, linear)
             key_cache[rows, :, positions] = k[:, :, 0]  # (B, H_kv, D)
             value_cache[rows, :, positions] = v[:, :, 0]
             keys, values = key_cache[:batch, :, :context], value_cache[:batch, :, :context]  # (B, H_kv, ctx, D)
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling,
                                                  enable_gqa=self.gqa)  # (B, H, 1, D)
             x = x + linear(out.transpose(1, 2).reshape(batch, 1, -1), w.o, w.o_bias)
-            x = x + self._mlp(w, x)
-        return self._logits(x[:, 0], lm_head)
+            x = x + self._mlp(w, x, linear)
+        return self._logits(x[:, 0], lm_head, linear)
+
+    def _decode_fused(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """decode() with one native call per small op (rollout/native.py): what a layer computes is the same, each
+        op's result rounded once to bf16. The residual add is fused into the next RMSNorm."""
+        batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        rows, positions = torch.arange(batch), positions.contiguous()
+        lengths = positions + 1  # (B,) cache positions each row attends to
+        layers, lm_head, linear = self.weights.for_batch(batch)
+        x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
+        if linear is not F.linear:  # a few sequences: each layer is one native call (same ops, same order)
+            delta = self._decode_layers(x, layers, positions, lengths)
+            return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
+        delta = None  # the previous layer's MLP output, added to x by the next norm
+        for w, key_cache, value_cache in zip(layers, self.keys, self.values):
+            qkv = linear(native.add_rms_norm(x, delta, w.input_norm, self.eps), w.qkv, w.qkv_bias)  # (B, (H+2H_kv)D)
+            native.rope(qkv, self.cos, self.sin, positions, heads + kv_heads)
+            kv = qkv[:, heads * dim:].view(batch, 2, kv_heads, dim)
+            key_cache[rows, :, positions] = kv[:, 0]  # (B, H_kv, D)
+            value_cache[rows, :, positions] = kv[:, 1]
+            out = native.attention(qkv, heads, key_cache, value_cache, lengths, self.scaling)  # (B, H D)
+            hidden = native.add_rms_norm(x, linear(out, w.o, w.o_bias), w.post_norm, self.eps)  # (B, d)
+            delta = linear(native.silu_mul(linear(hidden, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+        return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
+
+    def _decode_layers(self, x: torch.Tensor, layers, positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Every layer through native.decode_layer; returns the last layer's MLP output (B, d), not yet added to x."""
+        if self._pointer_key != (self.packed.key, id(layers)):  # re-made after every re-pack
+            self._pointers = [native.layer_pointers(w) for w in layers]
+            self._pointer_key = (self.packed.key, id(layers))
+        batch, d = x.shape
+        heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
+        ffn = layers[0].down.shape[1]
+        shape = torch.tensor([d, heads, kv_heads, dim, ffn, self.length])
+        scratch = torch.empty(batch * (2 * d + (2 * heads + 2 * kv_heads) * dim + 3 * ffn), dtype=torch.bfloat16)
+        delta = torch.empty_like(x)
+        for i, (pointers, key_cache, value_cache) in enumerate(zip(self._pointers, self.keys, self.values)):
+            native.decode_layer(x, delta if i else None, pointers, key_cache, value_cache, self.cos, self.sin,
+                                positions, lengths, scratch, delta, shape, self.eps, self.scaling)
+        return delta

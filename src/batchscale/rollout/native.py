@@ -1,12 +1,20 @@
-"""The engine's one native kernel, kernels/bf16_linear.c: compiled on first use, loaded with ctypes.
+"""The engine's native kernels, kernels/*.c: compiled on first use, loaded with ctypes, chosen by the CPU's flags.
 
-Built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and flags,
-staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernel sees raw
-pointers), so the build takes about a second. OpenMP comes from the process's libgomp.so.1, which torch has already
-loaded, so the kernel and torch share one thread runtime.
+Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which flags each needs):
+- "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
+  bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`).
+- "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
+  bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
+  ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
+  `decode_layer`, a whole layer in one call for steps of a few sequences.
 
-`bf16_linear_kernel()` returns None, and says why once through `unavailable_reason()`, when the kernel cannot be
-used: not x86-64 Linux, no AVX2/FMA, no compiler, or the build failed. The engine then decodes with torch alone.
+Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
+flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
+see raw pointers), so a build takes about a second. OpenMP comes from the process's libgomp.so.1, which torch has
+already loaded, so the kernels and torch share one thread runtime.
+
+`bf16_linear_kernel(path)` returns None, and `unavailable_reason(path)` says why, when a kernel cannot be used: not
+x86-64 Linux, the CPU lacks its flags, no compiler, or the build failed. The engine then uses torch alone there.
 """
 
 from __future__ import annotations
@@ -24,72 +32,163 @@ from pathlib import Path
 
 import torch
 
-from batchscale.cpu import cpu_flags
+from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-_reason: list[str] = []
+COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
+    "avx2": (("bf16_linear.c",), "bf16_linear", ("-mavx2", "-mfma")),
+    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c"), "bf16_linear_bf16",
+                    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
+}
+P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+SIGNATURES = {  # symbol -> argument types
+    "bf16_linear": [P] * 4 + [I64] * 3 + [INT], "bf16_linear_bf16": [P] * 4 + [I64] * 3 + [INT],
+    "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
+    "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
+    "decode_layer_bf16": [P] * 11 + [I64, P, F32, F32, INT],
+}
+_reasons: dict[str, str] = {}
 
 
-def _build(source: str, target: Path) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise RuntimeError("no C compiler (set CC, or install gcc)")
+def _build(compiler: str, flags: tuple[str, ...], sources: list[str], target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src, out = Path(tmp) / "bf16_linear.c", Path(tmp) / target.name
-        src.write_text(source)
-        done = subprocess.run([compiler, *FLAGS, str(src), "-o", str(out)], capture_output=True, text=True)
+        files = [Path(tmp) / f"kernel{i}.c" for i in range(len(sources))]
+        for file, source in zip(files, sources):
+            file.write_text(source)
+        out = Path(tmp) / target.name
+        done = subprocess.run([compiler, *flags, *map(str, files), "-o", str(out), "-lm"], capture_output=True,
+                              text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[:500]}")
         os.replace(out, target)
 
 
-@lru_cache(maxsize=1)
-def _load():
+@lru_cache(maxsize=None)
+def _library(path: str) -> ctypes.CDLL:
     from batchscale.policy.tiny import cache_root
 
     if platform.system() != "Linux" or platform.machine() != "x86_64":
-        raise RuntimeError(f"the kernel is for x86-64 Linux, not {platform.system()} {platform.machine()}")
-    if not {"avx2", "fma"} <= cpu_flags():
-        raise RuntimeError("this CPU lacks AVX2 or FMA")
-    source = resources.files("batchscale.rollout.kernels").joinpath("bf16_linear.c").read_text()
-    digest = hashlib.sha256((source + " ".join(FLAGS)).encode()).hexdigest()[:16]
-    target = cache_root() / "kernels" / f"bf16_linear-{digest}.so"
+        raise RuntimeError(f"the kernels are for x86-64 Linux, not {platform.system()} {platform.machine()}")
+    if not has_kernel_path(path):
+        raise RuntimeError(f"this CPU lacks {' or '.join(sorted(KERNEL_PATH_FLAGS[path]))}")
+    filenames, _, isa = KERNELS[path]
+    flags = (*COMMON_FLAGS, *isa)
+    sources = [resources.files("batchscale.rollout.kernels").joinpath(name).read_text() for name in filenames]
+    digest = hashlib.sha256(("".join(sources) + " ".join(flags)).encode()).hexdigest()[:16]
+    target = cache_root() / "kernels" / f"{Path(filenames[0]).stem}-{digest}.so"
     if not target.is_file():
-        _build(source, target)
-    fn = ctypes.CDLL(str(target)).bf16_linear
-    fn.restype = None
-    fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    return fn
+        compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise RuntimeError("no C compiler (set CC, or install gcc)")
+        _build(compiler, flags, sources, target)
+    library = ctypes.CDLL(str(target))
+    for symbol, argtypes in SIGNATURES.items():
+        if hasattr(library, symbol):
+            fn = getattr(library, symbol)
+            fn.restype, fn.argtypes = None, argtypes
+    return library
 
 
-def bf16_linear_kernel():
-    """The kernel function, or None if it is unavailable here."""
+def _load(path: str):
+    return getattr(_library(path), KERNELS[path][1])
+
+
+def bf16_linear_kernel(path: str = "avx2"):
+    """The kernel function of `path` ("avx2" or "avx512_bf16"), or None if it is unavailable here."""
     try:
-        return _load()
+        return _load(path)
     except (RuntimeError, OSError) as e:
-        if not _reason:
-            _reason.append(str(e))
+        _reasons.setdefault(path, str(e))
         return None
 
 
-def unavailable_reason() -> str | None:
-    return _reason[0] if _reason else None
+def unavailable_reason(path: str = "avx2") -> str | None:
+    return _reasons.get(path)
 
 
-def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight.float(), bias) for float32 x (..., K) on the CPU and a bf16 weight (N, K)."""
-    fn = _load()
+def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x_dtype: torch.dtype):
+    fn = _load(path)
     shape = x.shape
     x = x.reshape(-1, shape[-1]).contiguous()
     rows, k = x.shape
     n = weight.shape[0]
-    if x.dtype != torch.float32 or weight.dtype != torch.bfloat16 or weight.shape[1] != k or x.device.type != "cpu":
-        raise ValueError(f"bf16_linear: x {tuple(shape)} {x.dtype} on {x.device} (float32, CPU), "
+    if x.dtype != x_dtype or weight.dtype != torch.bfloat16 or weight.shape[1] != k or x.device.type != "cpu":
+        raise ValueError(f"bf16 linear ({path}): x {tuple(shape)} {x.dtype} on {x.device} ({x_dtype}, CPU), "
                          f"weight {tuple(weight.shape)} {weight.dtype} (bfloat16)")
-    if not weight.is_contiguous() or (bias is not None and (bias.dtype != torch.float32 or not bias.is_contiguous())):
-        raise ValueError("bf16_linear: weight and bias must be contiguous, bias float32")
-    y = torch.empty(rows, n, dtype=torch.float32)
+    if not weight.is_contiguous() or (bias is not None and (bias.dtype != x_dtype or not bias.is_contiguous())):
+        raise ValueError(f"bf16 linear ({path}): weight and bias must be contiguous, bias {x_dtype}")
+    y = torch.empty(rows, n, dtype=x_dtype)
     fn(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), rows, n, k,
        torch.get_num_threads())
     return y.view(*shape[:-1], n)
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight.float(), bias) for float32 x (..., K) on the CPU and a bf16 weight (N, K): the AVX2 kernel."""
+    return _call("avx2", x, weight, bias, torch.float32)
+
+
+def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x.float(), weight.float(), bias.float()) rounded to bf16, for bf16 x (..., K), weight (N, K) and bias
+    on the CPU: the AVX512-BF16 kernel (float32 accumulation)."""
+    return _call("avx512_bf16", x, weight, bias, torch.bfloat16)
+
+
+# The fused small ops of a bf16 decode step (kernels/decode_avx512.c), on contiguous bf16 CPU tensors.
+
+def _ops():
+    return _library("avx512_bf16")
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x += delta in place (x (M, D) contiguous bf16; delta None: no add), then RMSNorm(x) * weight (M, D)."""
+    y = torch.empty_like(x)
+    _ops().add_rms_norm_bf16(x.data_ptr(), None if delta is None else delta.contiguous().data_ptr(),
+                             weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
+    return y
+
+
+def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, heads: int) -> None:
+    """RoPE in place on the first `heads` heads of qkv (M, width) at positions (M,), tables cos, sin (length, D)."""
+    _ops().rope_bf16(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv.shape[0],
+                     qkv.shape[1], heads, cos.shape[1])
+
+
+def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """One query per row (the first `heads` heads of qkv (M, width)) over rows 0..M-1 of the caches (slots, H_kv, L,
+    D), lengths[m] positions each. Returns (M, heads * D)."""
+    slots, kv_heads, length, dim = keys.shape
+    out = torch.empty(qkv.shape[0], heads * dim, dtype=torch.bfloat16)
+    _ops().attention_bf16(qkv.data_ptr(), qkv.shape[1], keys.data_ptr(), values.data_ptr(), lengths.data_ptr(),
+                          out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale, torch.get_num_threads())
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up (M, 2F) = [gate | up]. Returns (M, F)."""
+    rows, width = gate_up.shape
+    y = torch.empty(rows, width // 2, dtype=torch.bfloat16)
+    _ops().silu_mul_bf16(gate_up.data_ptr(), y.data_ptr(), rows, width // 2)
+    return y
+
+
+def layer_pointers(w) -> ctypes.Array:
+    """The weights a decode_layer call reads, as the C array it takes (w: a bf16 weights.LayerWeights)."""
+    tensors = (w.input_norm, w.qkv, w.qkv_bias, w.o, w.o_bias, w.post_norm, w.gate_up, w.gate_up_bias, w.down,
+               w.down_bias)
+    return (ctypes.c_void_p * len(tensors))(*(None if t is None else t.data_ptr() for t in tensors))
+
+
+def decode_layer(x: torch.Tensor, delta: torch.Tensor | None, pointers: ctypes.Array, key_cache: torch.Tensor,
+                 value_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                 lengths: torch.Tensor, scratch: torch.Tensor, delta_out: torch.Tensor, shape: torch.Tensor,
+                 eps: float, scale: float) -> None:
+    """One decoder layer for rows 0..M-1 of x (M, d) in one call (kernels/decode_avx512.c): x += delta in place, the
+    layer's MLP output into delta_out; k and v written into the caches. shape: int64 (d, H, H_kv, D, F, L); scratch:
+    bf16, at least M * (2 d + (2 H + 2 H_kv) D + 3 F) elements."""
+    _ops().decode_layer_bf16(x.data_ptr(), None if delta is None else delta.data_ptr(), pointers,
+                             key_cache.data_ptr(), value_cache.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+                             positions.data_ptr(), lengths.data_ptr(), scratch.data_ptr(), delta_out.data_ptr(),
+                             x.shape[0], shape.data_ptr(), eps, scale, torch.get_num_threads())

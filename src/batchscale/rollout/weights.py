@@ -5,13 +5,17 @@ should if the decoder reads the model's modules as they are:
 - per-call overhead: q, k and v (and gate and up) are separate products over the same input. Packing them into one
   weight each (`qkv`, `gate_up`) halves the number of matmuls per layer.
 - the dtype: on a GPU with bf16 tensor cores "auto" decodes a float32 policy in bf16 (the float32 master weights
-  stay with the optimizer; the pack is their bf16 copy). A CPU without native bf16 (no AVX512-BF16 or AMX: `native_bf16_cpu`) runs bf16 matmuls in emulation,
-  5-8x slower than float32 here (BENCHMARKS.md). With `compute_dtype = "auto"` such a CPU decodes a bf16 or fp16
+  stay with the optimizer; the pack is their bf16 copy). A CPU without native bf16 (no AVX512-BF16 or AMX:
+  `native_bf16_cpu`) runs bf16 matmuls in emulation, 5-8x slower than float32 there (BENCHMARKS.md). With
+  `compute_dtype = "auto"` such a CPU decodes a bf16 or fp16
   policy in float32: the same weights, upcast exactly, with float32 arithmetic instead of emulated half precision.
   A float32 copy doubles the bytes a decode step reads, though, and at a few active sequences those bytes are the
   cost. So for a bf16 policy the pack also keeps its matrices in bf16 (`small_batch`), which decode steps of at most
-  SMALL_BATCH_ROWS sequences multiply with the AVX2 kernel of native.py (bf16 weights, float32 arithmetic); larger
+  SMALL_BATCH_ROWS sequences multiply with the "avx2" kernel of native.py (bf16 weights, float32 arithmetic); larger
   batches use the float32 matrices and torch's GEMM, which is compute-bound there.
+  A CPU with native bf16 decodes a bf16 policy in bf16. Its decode steps of at most NATIVE_SMALL_BATCH_ROWS
+  sequences use the "avx512_bf16" kernel (vdpbf16ps, near the memory roofline at one row) on the same bf16 matrices;
+  larger ones torch's bf16 GEMM (oneDNN), which wins once a step is no longer bound by reading the weights.
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
 storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
@@ -23,25 +27,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from typing import Callable
+
 import torch
+import torch.nn.functional as F
 
 from batchscale.cpu import native_bf16_cpu
 from batchscale.precision import native_bf16
-from batchscale.rollout.native import bf16_linear_kernel
+from batchscale.rollout.native import bf16_linear, bf16_linear_kernel, bf16_linear_native
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
-SMALL_BATCH_ROWS = 16  # up to here the bf16 kernel beat float32 GEMM on this CPU (BENCHMARKS.md)
+SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
+NATIVE_SMALL_BATCH_ROWS = 4  # up to here the AVX512-BF16 kernel beat torch's bf16 GEMM (BENCHMARKS.md)
+KERNEL_LINEAR = {"avx2": bf16_linear, "avx512_bf16": bf16_linear_native}  # kernel path -> its linear
 
 
-def resolve_small_batch_rows(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
-                             device: torch.device) -> int:
-    """How many sequences a decode step may hold and still use the bf16 kernel (0: never). Only "auto" uses it, only
-    for a bf16 model decoded in float32 on a CPU, and only where the kernel builds (rollout/native.py)."""
-    if setting != "auto" or device.type != "cpu" or model_dtype != torch.bfloat16 or compute_dtype != torch.float32:
-        return 0
-    return SMALL_BATCH_ROWS if bf16_linear_kernel() else 0
+def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
+                   device: torch.device) -> tuple[str | None, int]:
+    """(kernel path, rows): the bf16 kernel small decode steps use and the most sequences a step may hold to use it
+    ((None, 0): never). Only "auto" uses a kernel, only for a bf16 model on a CPU, and only where it builds
+    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16."""
+    if setting != "auto" or device.type != "cpu" or model_dtype != torch.bfloat16:
+        return None, 0
+    path, rows = {torch.float32: ("avx2", SMALL_BATCH_ROWS),
+                  torch.bfloat16: ("avx512_bf16", NATIVE_SMALL_BATCH_ROWS)}.get(compute_dtype, (None, 0))
+    return (path, rows) if path and bf16_linear_kernel(path) else (None, 0)
 
 
 def resolve_compute_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -113,20 +125,21 @@ def pack_matrices(layer, packed: LayerWeights, dtype: torch.dtype) -> LayerWeigh
 
 @dataclass
 class SmallBatchWeights:
-    """The bf16 matrices for decode steps of at most `max_rows` sequences (norms and biases shared with the main
-    pack)."""
+    """What decode steps of at most `max_rows` sequences read: bf16 matrices (a copy for the "avx2" path, the main
+    pack's for "avx512_bf16"; norms and biases shared with the main pack) and the kernel's linear."""
 
     layers: list[LayerWeights]
     lm_head: torch.Tensor
     max_rows: int
+    linear: Callable
 
 
 class PackedWeights:
-    """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds the bf16
-    matrices for the kernel when `small_batch_rows` > 0 (a bf16 model decoded in float32 on a CPU)."""
+    """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds what the
+    bf16 kernel `kernel` ("avx2", "avx512_bf16" or None) reads when `small_batch_rows` > 0."""
 
-    def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0):
-        self.dtype, self.small_batch_rows = dtype, small_batch_rows
+    def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0, kernel: str | None = None):
+        self.dtype, self.small_batch_rows, self.kernel = dtype, small_batch_rows, kernel
         self.key: tuple | None = None
         self.layers: list[LayerWeights] = []
         self.embed = self.final_norm = self.lm_head = None
@@ -148,15 +161,18 @@ class PackedWeights:
                 head = model.lm_head.weight
                 tied = head.data_ptr() == body.embed_tokens.weight.data_ptr()
                 self.lm_head = self.embed if tied else _cast(head, dtype)
-                if self.small_batch_rows:
+                if self.small_batch_rows and dtype == torch.bfloat16:
+                    self.small_batch = SmallBatchWeights(self.layers, self.lm_head, self.small_batch_rows,
+                                                         KERNEL_LINEAR[self.kernel])
+                elif self.small_batch_rows:
                     self.small_batch = SmallBatchWeights(
                         [pack_matrices(layer, packed, torch.bfloat16) for layer, packed in zip(body.layers, self.layers)],
-                        _cast(head, torch.bfloat16), self.small_batch_rows)
+                        _cast(head, torch.bfloat16), self.small_batch_rows, KERNEL_LINEAR[self.kernel])
             self.key = key
         return self
 
-    def for_batch(self, batch: int) -> tuple[list[LayerWeights], torch.Tensor]:
-        """(layers, lm_head) a decode step over `batch` sequences reads."""
+    def for_batch(self, batch: int) -> tuple[list[LayerWeights], torch.Tensor, Callable]:
+        """(layers, lm_head, linear) a decode step over `batch` sequences reads and multiplies with."""
         if self.small_batch is not None and batch <= self.small_batch.max_rows:
-            return self.small_batch.layers, self.small_batch.lm_head
-        return self.layers, self.lm_head
+            return self.small_batch.layers, self.small_batch.lm_head, self.small_batch.linear
+        return self.layers, self.lm_head, F.linear
