@@ -50,6 +50,16 @@ def test_a_task_it_cannot_learn_in_time_fails_naming_the_accuracies_seen(monkeyp
         scripted_warm_start(monkeypatch, [0.01, 0.02, 0.03], max_steps=7)
 
 
+def test_a_task_without_sums_is_refused_before_any_step(monkeypatch):
+    import torch
+
+    from batchscale.tasks.arithmetic import ArithmeticTask
+
+    monkeypatch.setattr(tiny, "supervised_step", lambda *args: pytest.fail("refused before any step"))
+    with pytest.raises(UserError, match=r"task.operations: .*needs '\+'.*got '-\*'"):
+        tiny.warm_start(torch.nn.Linear(1, 1), None, ArithmeticTask(operations="-*", eval_size=8))
+
+
 def test_the_slipping_teacher_drops_carries_of_sums_only():
     import numpy as np
 

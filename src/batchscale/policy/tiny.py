@@ -129,12 +129,14 @@ def warm_start(model, tokenizer, task, recipe: dict = WARM_START) -> dict:
         return UserError("model.name", f"the tiny model's warm start {what} (last checks, accuracy@step: {seen})",
                          "use the built-in task's defaults with model.name = 'tiny', or bring a model directory")
 
+    if "+" not in task.operations:  # before any step: the second phase needs sums
+        raise UserError("task.operations", f"the tiny model's warm start needs '+' among the operations for its second "
+                        f"phase (a teacher that drops carries), got {task.operations!r}",
+                        "include '+' in task.operations, or bring a model directory as model.name")
     learned = train_until(1, recipe["max_steps"], 0.0, recipe["check_every"],
                           lambda acc: True if acc >= recipe["learned_accuracy"] else None)
     if learned is None:
         raise failure(f"did not reach greedy accuracy {recipe['learned_accuracy']} in {recipe['max_steps']} steps")
-    if "+" not in task.operations:
-        raise failure("needs '+' among task.operations for its second phase (a teacher that drops carries)")
     for group in optimizer.param_groups:
         group["lr"] = recipe["slip_lr"]
     # Checked every step: the accuracy falls fast once the slip is learned, and one step must not jump the band.
