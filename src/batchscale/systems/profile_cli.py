@@ -18,8 +18,33 @@ from batchscale.errors import UserError
 from batchscale.systems.options import (DEFAULT_BATCHES, default_concurrencies, parse_batches, parse_concurrencies,
                                         validate_micro_batch)
 
+ThreadsOption = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")]
+HardwareOption = Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
+                                                             "cuda: the detected GPU's, the default on a GPU)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")]
+
 profile_app = typer.Typer(help="Measure throughput on this machine (generation vs concurrency, training vs batch).",
                           no_args_is_help=True)
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's intra-op threads for the measurement (None keeps torch's default)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def show(result, json_out: bool, print_table) -> None:
+    """The profile as its JSON document on stdout, or as a table."""
+    if json_out:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        print_table(result.to_json())
 
 
 def print_generation_table(result: dict) -> None:
@@ -87,30 +112,21 @@ def generation(
     repeats: Annotated[int, typer.Option(help="timed repeats per level (median reported)")] = 3,
     waves: Annotated[int, typer.Option(help="responses per level = waves * concurrency ...")] = 4,
     min_responses: Annotated[int, typer.Option(help="... but at least this many")] = 16,
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
-    hardware: Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
-                                                         "cuda: the detected GPU's, the default on a GPU)")] = None,
+    threads: ThreadsOption = None,
+    device: DeviceOption = "auto",
+    hardware: HardwareOption = None,
     seed: Annotated[int, typer.Option()] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
     levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
-    if threads is not None:
-        if threads < 1:
-            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
-        import torch
-
-        torch.set_num_threads(threads)
+    set_threads(threads)
     from batchscale.systems.profile_generation import profile_generation
 
     result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
                                 top_p, repeats, waves, min_responses, seed, device,
                                 log=lambda message: typer.echo(message, err=True), hardware=hardware)
-    if json_out:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-    else:
-        print_generation_table(result.to_json())
+    show(result, json_out, print_generation_table)
 
 
 @profile_app.command("training")
@@ -123,28 +139,19 @@ def training(
     dtype: Annotated[str, typer.Option(help="weights: float32 or bfloat16")] = "float32",
     compute_dtype: Annotated[str, typer.Option(help="arithmetic: auto (bf16 autocast where bf16 is native), float32 "
                                                     "or bfloat16 (autocast over float32 weights)")] = "auto",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
-    hardware: Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
-                                                         "cuda: the detected GPU's, the default on a GPU)")] = None,
+    threads: ThreadsOption = None,
+    device: DeviceOption = "auto",
+    hardware: HardwareOption = None,
     seed: Annotated[int, typer.Option()] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document instead of a table")] = False,
+    json_out: JsonOption = False,
 ) -> None:
     """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
     levels = parse_batches(batches)
     validate_micro_batch(levels, micro_batch_size)
-    if threads is not None:
-        if threads < 1:
-            raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
-        import torch
-
-        torch.set_num_threads(threads)
+    set_threads(threads)
     from batchscale.systems.profile_training import profile_training
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
                               log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype,
                               hardware=hardware)
-    if json_out:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-    else:
-        print_training_table(result.to_json())
+    show(result, json_out, print_training_table)
