@@ -5,11 +5,14 @@
 - The AVX512-BF16 kernel equals F.linear over bf16 activations, weights and bias upcast to float32, rounded once to
   bf16 (within one bf16 ulp: summation order), for rows around its 4-row tiles, N around its 4-column tiles, a K tail,
   with and without bias, on one and two threads. Skipped, with the reason, on a CPU without avx512_bf16.
+- oneDNN-packed matrices (weights.onednn_linear) give exactly F.linear's result, for any rows, with and without
+  bias, on a 3-d input. Skipped where torch cannot pack here (no native bf16).
 - A bf16 policy decoded the "auto" way on a CPU with native bf16 (the AVX512-BF16 kernel at small batches, torch's
-  bf16 GEMM above) gives the same greedy tokens as torch's bf16 GEMM everywhere, and log-probs within bf16 tolerance.
+  bf16 GEMM over oneDNN-packed matrices above and in prefill) gives the same greedy tokens as torch's bf16 GEMM everywhere, and log-probs within bf16 tolerance.
 - A bf16 policy decoded the "auto" way (float32 arithmetic; the kernel at small batches, float32 GEMM above) gives
   the same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6).
-- The pack follows the optimizer: after an in-place update the engine decodes with the new weights.
+- The pack follows the optimizer: after an in-place update the engine decodes with the new weights (float32, and
+  bf16 with every copy the pack holds: small-batch matrices, oneDNN-packed ones).
 - `compute_dtype` resolves as documented.
 """
 
@@ -35,6 +38,10 @@ needs_kernel = pytest.mark.skipif(native.bf16_linear_kernel() is None,
 needs_native_kernel = pytest.mark.skipif(native.bf16_linear_kernel("avx512_bf16") is None,
                                          reason=f"AVX512-BF16 kernel unavailable: "
                                                 f"{native.unavailable_reason('avx512_bf16')}")
+
+
+needs_onednn = pytest.mark.skipif(not packing.onednn_packing_available(),
+                                  reason="torch cannot pre-pack bf16 weights for oneDNN on this CPU (no native bf16)")
 
 
 def on_threads(threads: int, fn):
@@ -104,6 +111,18 @@ def test_kernel_keeps_leading_dims_and_rejects_wrong_dtypes():
         native.bf16_linear(x, weight.float())
 
 
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 5, 33, 130])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_onednn_packed_linear_equals_linear(rows, with_bias):
+    generator = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 2, 72, generator=generator).bfloat16()
+    weight = torch.randn(40, 72, generator=generator).bfloat16()
+    bias = torch.randn(40, generator=generator).bfloat16() if with_bias else None
+    got = packing.onednn_linear(x, packing.onednn_pack(weight), bias)
+    assert got.shape == (rows, 2, 40) and torch.equal(got, F.linear(x, weight, bias))
+
+
 @pytest.mark.parametrize("setting, model, native_bf16, expected", [
     ("auto", torch.bfloat16, False, torch.float32),
     ("auto", torch.bfloat16, True, torch.bfloat16),
@@ -138,11 +157,16 @@ def test_native_bf16_decode_equals_torch_bf16_decode(bf16_policy, prompts, monke
     auto = build_engine("engine", bf16_policy, max_concurrency=24, compute_dtype="auto")
     assert auto.decoder.dtype == torch.bfloat16 and auto.decoder.packed.kernel == "avx512_bf16"
     assert auto.decoder.packed.small_batch_rows == packing.NATIVE_SMALL_BATCH_ROWS
+    assert auto.decoder.packed.onednn == packing.onednn_packing_available()
     torch_only = build_engine("engine", bf16_policy, max_concurrency=24, compute_dtype="model")
     assert torch_only.decoder.dtype == torch.bfloat16 and torch_only.decoder.packed.small_batch_rows == 0
+    assert not torch_only.decoder.packed.onednn
     params = SamplingParams(max_new_tokens=10, greedy=True)
     for batch in (prompts, prompts[:3]):  # 22 sequences decode with torch's bf16 GEMM, 3 with the kernel
         got, expected = auto.generate(batch, params), torch_only.generate(batch, params)
+        linear = auto.decoder.weights.for_batch(len(batch)).linear
+        assert linear is (native.bf16_linear_native if len(batch) <= 4 else
+                          packing.onednn_linear if packing.onednn_packing_available() else F.linear)
         assert got.stats["active_max"] == len(batch)
         assert got.response_ids == expected.response_ids
         flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
@@ -163,18 +187,22 @@ def test_kernel_resolution(setting, model, compute, expected):
     assert path == expected and (rows > 0) == (expected is not None)
 
 
-def test_pack_follows_in_place_updates(random_model_dir, prompts, one_torch_thread):
-    policy = load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda s: None)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pack_follows_in_place_updates(random_model_dir, prompts, one_torch_thread, dtype):
+    policy = load_policy(ModelConfig(name=str(random_model_dir), dtype=dtype), TaskConfig(), log=lambda s: None)
     engine = build_engine("engine", policy, max_concurrency=8)
     params = SamplingParams(max_new_tokens=6, greedy=True)
-    before = engine.generate(prompts, params)
+    before = engine.generate(prompts, params)  # 8 sequences at a time, then the last 6: both kinds of step
     key = engine.decoder.packed.key
     assert engine.generate(prompts, params).response_ids == before.response_ids
     assert engine.decoder.packed.key == key  # nothing changed: no re-pack
+    generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        for p in policy.model.parameters():
-            p.add_(0.05 * torch.randn_like(p))  # in place, as an optimizer step is
+        for p in policy.model.parameters():  # in place, as an optimizer step is
+            p.add_(0.05 * torch.randn(p.shape, generator=generator).to(p.dtype))
     after = engine.generate(prompts, params)
     fresh = build_engine("engine", copy.deepcopy(policy), max_concurrency=8).generate(prompts, params)
     assert engine.decoder.packed.key != key
-    assert after.response_ids == fresh.response_ids != before.response_ids
+    flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
+    assert after.response_ids == fresh.response_ids and torch.equal(flat(after), flat(fresh))
+    assert after.response_ids != before.response_ids or (flat(after) - flat(before)).abs().max() > 0.01

@@ -9,7 +9,8 @@ gated MLP.
 Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
 step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
 row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
-NATIVE_SMALL_BATCH_ROWS sequences, torch's bf16 GEMM above. It departs from HF's bf16 arithmetic in rounding only:
+NATIVE_SMALL_BATCH_ROWS sequences, torch's bf16 GEMM over pre-packed matrices above (weights.onednn_linear, also for
+prefill). It departs from HF's bf16 arithmetic in rounding only:
 each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
 
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
@@ -30,7 +31,8 @@ from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
 from batchscale.rollout import native
-from batchscale.rollout.weights import LayerWeights, PackedWeights, resolve_compute_dtype, resolve_kernel
+from batchscale.rollout.weights import (LayerWeights, PackedWeights, resolve_compute_dtype, resolve_gemm,
+                                        resolve_kernel)
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -78,7 +80,8 @@ class SlotDecoder:
         weight = self.body.embed_tokens.weight
         self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
         kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
-        self.packed = PackedWeights(self.dtype, rows, kernel)
+        self.packed = PackedWeights(self.dtype, rows, kernel,
+                                    onednn=resolve_gemm(compute_dtype, self.dtype, weight.device))
         # bf16 decode on a CPU with native bf16: the fused small ops of kernels/decode_avx512.c (not for qwen3's q/k
         # norms or a gate activation other than silu, which keep the torch path)
         self.fused = (kernel == "avx512_bf16" and config.hidden_act == "silu"
@@ -155,16 +158,18 @@ class SlotDecoder:
         """
         batch, width = input_ids.shape
         cos, sin = self.cos[:width, None], self.sin[:width, None]  # (L, 1, D)
+        matrices = self.weights.gemm
+        linear = matrices.linear
         x = F.embedding(input_ids, self.weights.embed)  # (B, L, d)
-        for w, key_cache, value_cache in zip(self.weights.layers, self.keys, self.values):
-            q, k, v = self._project(w, x, cos, sin)
+        for w, key_cache, value_cache in zip(matrices.layers, self.keys, self.values):
+            q, k, v = self._project(w, x, cos, sin, linear)
             key_cache[rows, :, :width] = k
             value_cache[rows, :, :width] = v
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling, enable_gqa=self.gqa)
-            x = x + F.linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
-            x = x + self._mlp(w, x)
+            x = x + linear(out.transpose(1, 2).reshape(batch, width, -1), w.o, w.o_bias)  # (B, L, d)
+            x = x + self._mlp(w, x, linear)
         last = x[torch.arange(batch, device=x.device), lengths - 1]  # (B, d)
-        return self._logits(last, self.weights.lm_head)
+        return self._logits(last, matrices.lm_head, linear)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V)."""
@@ -175,7 +180,8 @@ class SlotDecoder:
         rows = torch.arange(batch, device=tokens.device)
         cos, sin = self.cos[positions][:, None, None], self.sin[positions][:, None, None]  # (B, 1, 1, D)
         mask = (torch.arange(context, device=tokens.device) <= positions[:, None])[:, None, None]  # (B, 1, 1, ctx)
-        layers, lm_head, linear = self.weights.for_batch(batch)  # the bf16 kernel's at a few sequences
+        matrices = self.weights.for_batch(batch)  # the bf16 kernel's at a few sequences
+        layers, lm_head, linear = matrices.layers, matrices.lm_head, matrices.linear
         x = F.embedding(tokens[:, None], self.weights.embed)  # (B, 1, d)
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
             q, k, v = self._project(w, x, cos, sin, linear)
@@ -194,9 +200,10 @@ class SlotDecoder:
         batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         rows, positions = torch.arange(batch), positions.contiguous()
         lengths = positions + 1  # (B,) cache positions each row attends to
-        layers, lm_head, linear = self.weights.for_batch(batch)
+        matrices = self.weights.for_batch(batch)
+        layers, lm_head, linear = matrices.layers, matrices.lm_head, matrices.linear
         x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
-        if linear is not F.linear:  # a few sequences: each layer is one native call (same ops, same order)
+        if matrices is self.weights.small_batch:  # a few sequences: each layer is one native call (same ops, order)
             delta = self._decode_layers(x, layers, positions, lengths)
             return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
         delta = None  # the previous layer's MLP output, added to x by the next norm

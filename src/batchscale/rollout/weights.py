@@ -15,7 +15,12 @@ should if the decoder reads the model's modules as they are:
   batches use the float32 matrices and torch's GEMM, which is compute-bound there.
   A CPU with native bf16 decodes a bf16 policy in bf16. Its decode steps of at most NATIVE_SMALL_BATCH_ROWS
   sequences use the "avx512_bf16" kernel (vdpbf16ps, near the memory roofline at one row) on the same bf16 matrices;
-  larger ones torch's bf16 GEMM (oneDNN), which wins once a step is no longer bound by reading the weights.
+  larger ones, and prefill, torch's bf16 GEMM (oneDNN), which wins once a step is no longer bound by reading the
+  weights.
+- the layout: a plain F.linear makes oneDNN reorder the weight into its blocked layout at every call, a second pass
+  over every weight per step. So on such a CPU the pack also holds each matrix pre-reordered once (`gemm`, made by
+  `torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), multiplied by
+  `onednn_linear`: bit-identical to F.linear, and 15-30% less time per decode step at 8-64 sequences (BENCHMARKS.md).
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
 storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
@@ -26,7 +31,7 @@ rollout batch; the tiny model's pack is negligible.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -54,6 +59,41 @@ def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.
     path, rows = {torch.float32: ("avx2", SMALL_BATCH_ROWS),
                   torch.bfloat16: ("avx512_bf16", NATIVE_SMALL_BATCH_ROWS)}.get(compute_dtype, (None, 0))
     return (path, rows) if path and bf16_linear_kernel(path) else (None, 0)
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, W, bias) for bf16 x (..., K) and W (N, K) pre-reordered by `onednn_pack`: the same oneDNN kernel
+    F.linear runs, without reordering W at every call."""
+    shape = x.shape
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, shape[-1]), weight, bias, "none", [], "")
+    return y.view(*shape[:-1], y.shape[-1])
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """A bf16 matrix (N, K) in oneDNN's blocked layout for `onednn_linear` (its layout does not depend on the rows
+    it will meet: BENCHMARKS.md times hints of 1 to 256 alike)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 16)
+
+
+@lru_cache(maxsize=1)
+def onednn_packing_available() -> bool:
+    """Whether this torch can pre-pack bf16 weights for oneDNN here (a build with mkldnn on a CPU with native bf16),
+    checked once by multiplying with a packed matrix."""
+    if not (native_bf16_cpu() and torch.backends.mkldnn.is_available()):
+        return False
+    try:
+        weight = torch.arange(48, dtype=torch.float32).view(3, 16).bfloat16()
+        x = torch.ones(2, 16, dtype=torch.bfloat16)
+        return torch.equal(onednn_linear(x, onednn_pack(weight)), F.linear(x, weight))
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def resolve_gemm(setting: str, compute_dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether larger decode steps and prefill multiply with pre-packed oneDNN matrices: only "auto", bf16 on a CPU
+    with native bf16 where torch can pack ("model" stays plain torch)."""
+    return (setting == "auto" and device.type == "cpu" and compute_dtype == torch.bfloat16
+            and onednn_packing_available())
 
 
 def resolve_compute_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
@@ -124,26 +164,38 @@ def pack_matrices(layer, packed: LayerWeights, dtype: torch.dtype) -> LayerWeigh
 
 
 @dataclass
-class SmallBatchWeights:
-    """What decode steps of at most `max_rows` sequences read: bf16 matrices (a copy for the "avx2" path, the main
-    pack's for "avx512_bf16"; norms and biases shared with the main pack) and the kernel's linear."""
+class Matrices:
+    """The layers and LM head one kind of step reads, with the linear that multiplies by their matrices:
+    - the small-batch set (decode steps of at most `max_rows` sequences): bf16 matrices (a copy for the "avx2" path,
+      the main pack's for "avx512_bf16") and the kernel's linear;
+    - the main pack with F.linear, or its oneDNN-packed copy with `onednn_linear` (max_rows None: any step).
+    Norms and biases are the main pack's."""
 
     layers: list[LayerWeights]
     lm_head: torch.Tensor
-    max_rows: int
+    max_rows: int | None
     linear: Callable
+
+
+def _onednn_matrices(layers: list[LayerWeights], lm_head: torch.Tensor) -> Matrices:
+    packed = [replace(w, qkv=onednn_pack(w.qkv), o=onednn_pack(w.o), gate_up=onednn_pack(w.gate_up),
+                      down=onednn_pack(w.down)) for w in layers]
+    return Matrices(packed, onednn_pack(lm_head), None, onednn_linear)
 
 
 class PackedWeights:
     """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds what the
-    bf16 kernel `kernel` ("avx2", "avx512_bf16" or None) reads when `small_batch_rows` > 0."""
+    bf16 kernel `kernel` ("avx2", "avx512_bf16" or None) reads when `small_batch_rows` > 0, `gemm` (with `onednn`)
+    the oneDNN-packed matrices every other step reads."""
 
-    def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0, kernel: str | None = None):
-        self.dtype, self.small_batch_rows, self.kernel = dtype, small_batch_rows, kernel
+    def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0, kernel: str | None = None,
+                 onednn: bool = False):
+        self.dtype, self.small_batch_rows, self.kernel, self.onednn = dtype, small_batch_rows, kernel, onednn
         self.key: tuple | None = None
         self.layers: list[LayerWeights] = []
         self.embed = self.final_norm = self.lm_head = None
-        self.small_batch: SmallBatchWeights | None = None
+        self.small_batch: Matrices | None = None
+        self.gemm: Matrices | None = None
 
     @staticmethod
     def version_key(model) -> tuple:
@@ -154,25 +206,27 @@ class PackedWeights:
         if key != self.key:
             with torch.no_grad():
                 body, dtype = model.model, self.dtype
-                self.layers, self.small_batch = [], None  # drop the old pack first: peak memory is one pack
+                self.layers, self.small_batch, self.gemm = [], None, None  # drop the old pack first
                 self.layers = [pack_layer(layer, dtype) for layer in body.layers]
                 self.embed = _cast(body.embed_tokens.weight, dtype)
                 self.final_norm = _cast(body.norm.weight, dtype)
                 head = model.lm_head.weight
                 tied = head.data_ptr() == body.embed_tokens.weight.data_ptr()
                 self.lm_head = self.embed if tied else _cast(head, dtype)
+                self.gemm = (_onednn_matrices(self.layers, self.lm_head) if self.onednn
+                             else Matrices(self.layers, self.lm_head, None, F.linear))
                 if self.small_batch_rows and dtype == torch.bfloat16:
-                    self.small_batch = SmallBatchWeights(self.layers, self.lm_head, self.small_batch_rows,
-                                                         KERNEL_LINEAR[self.kernel])
+                    self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows,
+                                                KERNEL_LINEAR[self.kernel])
                 elif self.small_batch_rows:
-                    self.small_batch = SmallBatchWeights(
+                    self.small_batch = Matrices(
                         [pack_matrices(layer, packed, torch.bfloat16) for layer, packed in zip(body.layers, self.layers)],
                         _cast(head, torch.bfloat16), self.small_batch_rows, KERNEL_LINEAR[self.kernel])
             self.key = key
         return self
 
-    def for_batch(self, batch: int) -> tuple[list[LayerWeights], torch.Tensor, Callable]:
-        """(layers, lm_head, linear) a decode step over `batch` sequences reads and multiplies with."""
+    def for_batch(self, batch: int) -> Matrices:
+        """What a decode step over `batch` sequences (or a prefill over `batch` tokens) reads and multiplies with."""
         if self.small_batch is not None and batch <= self.small_batch.max_rows:
-            return self.small_batch.layers, self.small_batch.lm_head, self.small_batch.linear
-        return self.layers, self.lm_head, F.linear
+            return self.small_batch
+        return self.gemm
