@@ -172,7 +172,8 @@ class SlotDecoder:
         return self._logits(last, matrices.lm_head, linear)
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V)."""
+        """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V): float32,
+        or bf16 on the fused path."""
         if self.fused:
             return self._decode_fused(tokens, positions)
         batch = tokens.shape[0]
@@ -196,7 +197,8 @@ class SlotDecoder:
 
     def _decode_fused(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """decode() with one native call per small op (rollout/native.py): what a layer computes is the same, each
-        op's result rounded once to bf16. The residual add is fused into the next RMSNorm."""
+        op's result rounded once to bf16. The residual add is fused into the next RMSNorm. The logits stay bf16 (the
+        LM head's own output), for sampling's native pass."""
         batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         rows, positions = torch.arange(batch), positions.contiguous()
         lengths = positions + 1  # (B,) cache positions each row attends to
@@ -205,7 +207,7 @@ class SlotDecoder:
         x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
         if matrices is self.weights.small_batch:  # a few sequences: each layer is one native call (same ops, order)
             delta = self._decode_layers(x, layers, positions, lengths)
-            return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
+            return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None)
         delta = None  # the previous layer's MLP output, added to x by the next norm
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
             qkv = linear(native.add_rms_norm(x, delta, w.input_norm, self.eps), w.qkv, w.qkv_bias)  # (B, (H+2H_kv)D)
@@ -216,7 +218,7 @@ class SlotDecoder:
             out = native.attention(qkv, heads, key_cache, value_cache, lengths, self.scaling)  # (B, H D)
             hidden = native.add_rms_norm(x, linear(out, w.o, w.o_bias), w.post_norm, self.eps)  # (B, d)
             delta = linear(native.silu_mul(linear(hidden, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
-        return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None).float()
+        return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None)
 
     def _decode_layers(self, x: torch.Tensor, layers, positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Every layer through native.decode_layer; returns the last layer's MLP output (B, d), not yet added to x."""

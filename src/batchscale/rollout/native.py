@@ -2,11 +2,14 @@
 
 Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which flags each needs):
 - "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
-  bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`).
+  bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`). The same library holds
+  `f32_linear` (kernels/f32_linear.c): float32 weights and activations, for a float32 model's small decode steps on
+  any CPU with AVX2, using every thread it is given.
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
   bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
   ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
-  `decode_layer`, a whole layer in one call for steps of a few sequences.
+  `decode_layer`, a whole layer in one call for steps of a few sequences, and `sample` (kernels/sample_avx512.c): a
+  token and its log-prob per row straight from bf16 logits.
 
 Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
 flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
@@ -36,16 +39,18 @@ from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
-    "avx2": (("bf16_linear.c",), "bf16_linear", ("-mavx2", "-mfma")),
-    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c"), "bf16_linear_bf16",
+    "avx2": (("bf16_linear.c", "f32_linear.c"), "bf16_linear", ("-mavx2", "-mfma")),
+    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c", "sample_avx512.c"), "bf16_linear_bf16",
                     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
 }
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 SIGNATURES = {  # symbol -> argument types
     "bf16_linear": [P] * 4 + [I64] * 3 + [INT], "bf16_linear_bf16": [P] * 4 + [I64] * 3 + [INT],
+    "f32_linear": [P] * 4 + [I64] * 3 + [INT],
     "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
     "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
     "decode_layer_bf16": [P] * 11 + [I64, P, F32, F32, INT],
+    "sample_bf16": [P, P, I64, I64, F32, P, P, P, INT],
 }
 _reasons: dict[str, str] = {}
 
@@ -107,17 +112,18 @@ def unavailable_reason(path: str = "avx2") -> str | None:
     return _reasons.get(path)
 
 
-def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x_dtype: torch.dtype):
-    fn = _load(path)
+def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x_dtype: torch.dtype,
+          w_dtype: torch.dtype = torch.bfloat16, fn=None):
+    fn = fn or _load(path)
     shape = x.shape
     x = x.reshape(-1, shape[-1]).contiguous()
     rows, k = x.shape
     n = weight.shape[0]
-    if x.dtype != x_dtype or weight.dtype != torch.bfloat16 or weight.shape[1] != k or x.device.type != "cpu":
-        raise ValueError(f"bf16 linear ({path}): x {tuple(shape)} {x.dtype} on {x.device} ({x_dtype}, CPU), "
-                         f"weight {tuple(weight.shape)} {weight.dtype} (bfloat16)")
+    if x.dtype != x_dtype or weight.dtype != w_dtype or weight.shape[1] != k or x.device.type != "cpu":
+        raise ValueError(f"native linear ({path}): x {tuple(shape)} {x.dtype} on {x.device} ({x_dtype}, CPU), "
+                         f"weight {tuple(weight.shape)} {weight.dtype} ({w_dtype})")
     if not weight.is_contiguous() or (bias is not None and (bias.dtype != x_dtype or not bias.is_contiguous())):
-        raise ValueError(f"bf16 linear ({path}): weight and bias must be contiguous, bias {x_dtype}")
+        raise ValueError(f"native linear ({path}): weight and bias must be contiguous, bias {x_dtype}")
     y = torch.empty(rows, n, dtype=x_dtype)
     fn(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), rows, n, k,
        torch.get_num_threads())
@@ -127,6 +133,12 @@ def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight.float(), bias) for float32 x (..., K) on the CPU and a bf16 weight (N, K): the AVX2 kernel."""
     return _call("avx2", x, weight, bias, torch.float32)
+
+
+def f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for float32 x (..., K), weight (N, K) and bias on the CPU: the AVX2 float32 kernel,
+    output columns split over torch's threads."""
+    return _call("avx2", x, weight, bias, torch.float32, torch.float32, _library("avx2").f32_linear)
 
 
 def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -192,3 +204,19 @@ def decode_layer(x: torch.Tensor, delta: torch.Tensor | None, pointers: ctypes.A
                              key_cache.data_ptr(), value_cache.data_ptr(), cos.data_ptr(), sin.data_ptr(),
                              positions.data_ptr(), lengths.data_ptr(), scratch.data_ptr(), delta_out.data_ptr(),
                              x.shape[0], shape.data_ptr(), eps, scale, torch.get_num_threads())
+
+
+def sample(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: float):
+    """(tokens (B,) int64, log-probs (B,) float32) for bf16 logits (B, V): sampling.sample_tokens with top_p = 1 on
+    logits.float(), in one native pass per row (uniforms (B,) float32, None: greedy)."""
+    rows, vocab = logits.shape
+    logits = logits.contiguous()
+    threads = torch.get_num_threads()
+    tokens = torch.empty(rows, dtype=torch.int64)
+    logprobs = torch.empty(rows, dtype=torch.float32)
+    scratch = torch.empty(threads * (vocab + 16) if uniforms is not None else 0, dtype=torch.float32)
+    if uniforms is not None:
+        uniforms = uniforms.to(torch.float32).contiguous()
+    _ops().sample_bf16(logits.data_ptr(), None if uniforms is None else uniforms.data_ptr(), rows, vocab,
+                       temperature, tokens.data_ptr(), logprobs.data_ptr(), scratch.data_ptr(), threads)
+    return tokens, logprobs

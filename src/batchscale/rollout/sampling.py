@@ -9,6 +9,10 @@ position t is drawn with its own uniform u[sample, t], drawn for the whole call 
 depend on which other sequences share the decode step, so (up to float rounding at a CDF boundary) the sampled
 responses do not depend on `max_concurrency`: scheduling changes execution, never the samples.
 
+bf16 logits (the engine's bf16 decode on a CPU with native bf16) with top_p = 1 go to one native pass per row
+(native.sample: the same draw on the same logits upcast to float32, without five full-size float32 tensors);
+everything else is computed here in torch, in float32.
+
 Reported log-probs are those of the model itself (log_softmax of the raw logits, temperature 1, no nucleus), the
 quantity a training forward pass computes with `batching.token_logprobs`.
 """
@@ -17,9 +21,16 @@ from __future__ import annotations
 
 import torch
 
+from batchscale.rollout import native
+
 
 def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: float, top_p: float):
-    """logits (B, V) float32; uniforms (B,) in [0, 1), or None for greedy. Returns tokens (B,) and their log-probs (B,)."""
+    """logits (B, V) float32 (or bf16); uniforms (B,) in [0, 1), or None for greedy. Returns tokens (B,) and their
+    log-probs (B,)."""
+    if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" and (top_p >= 1.0 or uniforms is None):
+        if native.bf16_linear_kernel("avx512_bf16") is not None:
+            return native.sample(logits, uniforms, temperature if uniforms is not None else 1.0)
+    logits = logits.float()
     if uniforms is None:
         tokens = logits.argmax(dim=-1)  # (B,)
     else:

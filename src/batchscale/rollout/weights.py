@@ -17,6 +17,10 @@ should if the decoder reads the model's modules as they are:
   sequences use the "avx512_bf16" kernel (vdpbf16ps, near the memory roofline at one row) on the same bf16 matrices;
   larger ones, and prefill, torch's bf16 GEMM (oneDNN), which wins once a step is no longer bound by reading the
   weights.
+- threads: torch's float32 matrix-vector product reads the weights at one core's rate however many threads it has.
+  So a float32 policy's decode steps of at most F32_SMALL_BATCH_ROWS sequences on more than one thread use the
+  "f32" kernel of native.py (AVX2 + FMA, any x86 CPU this project runs on), which splits the output columns over
+  the threads (SmolLM2-135M at one sequence, two threads: 29 -> 48 tok/s).
 - the layout: a plain F.linear makes oneDNN reorder the weight into its blocked layout at every call, a second pass
   over every weight per step. So on such a CPU the pack also holds each matrix pre-reordered once (`gemm`, made by
   `torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), multiplied by
@@ -39,6 +43,7 @@ import torch.nn.functional as F
 
 from batchscale.cpu import native_bf16_cpu
 from batchscale.precision import native_bf16
+from batchscale.rollout import native
 from batchscale.rollout.native import bf16_linear, bf16_linear_kernel, bf16_linear_native
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -46,19 +51,36 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
 NATIVE_SMALL_BATCH_ROWS = 4  # up to here the AVX512-BF16 kernel beat torch's bf16 GEMM (BENCHMARKS.md)
-KERNEL_LINEAR = {"avx2": bf16_linear, "avx512_bf16": bf16_linear_native}  # kernel path -> its linear
+F32_SMALL_BATCH_ROWS = 4  # up to here the float32 kernel beat torch's float32 GEMM (BENCHMARKS.md)
+
+
+def threaded_f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear for a float32 small decode step: the "f32" kernel where there are threads to split the columns over,
+    torch on one thread (where its matrix-vector product reads the weights as fast: BENCHMARKS.md)."""
+    if torch.get_num_threads() > 1:
+        return native.f32_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+# the kernel a small decode step uses -> (the native library it lives in, its linear): "avx2" multiplies float32
+# activations by bf16 weights, "avx512_bf16" bf16 by bf16, "f32" float32 by float32
+KERNEL_LINEAR = {"avx2": ("avx2", bf16_linear), "avx512_bf16": ("avx512_bf16", bf16_linear_native),
+                 "f32": ("avx2", threaded_f32_linear)}
 
 
 def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
                    device: torch.device) -> tuple[str | None, int]:
-    """(kernel path, rows): the bf16 kernel small decode steps use and the most sequences a step may hold to use it
-    ((None, 0): never). Only "auto" uses a kernel, only for a bf16 model on a CPU, and only where it builds
-    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16."""
-    if setting != "auto" or device.type != "cpu" or model_dtype != torch.bfloat16:
+    """(kernel, rows): the native kernel small decode steps use (a key of KERNEL_LINEAR) and the most sequences a step
+    may hold to use it ((None, 0): never). Only "auto" uses a kernel, only on a CPU, and only where its library builds
+    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16, "f32"
+    for a float32 model."""
+    if setting != "auto" or device.type != "cpu":
         return None, 0
-    path, rows = {torch.float32: ("avx2", SMALL_BATCH_ROWS),
-                  torch.bfloat16: ("avx512_bf16", NATIVE_SMALL_BATCH_ROWS)}.get(compute_dtype, (None, 0))
-    return (path, rows) if path and bf16_linear_kernel(path) else (None, 0)
+    kernel, rows = {(torch.bfloat16, torch.float32): ("avx2", SMALL_BATCH_ROWS),
+                    (torch.bfloat16, torch.bfloat16): ("avx512_bf16", NATIVE_SMALL_BATCH_ROWS),
+                    (torch.float32, torch.float32): ("f32", F32_SMALL_BATCH_ROWS)}.get((model_dtype, compute_dtype),
+                                                                                       (None, 0))
+    return (kernel, rows) if kernel and bf16_linear_kernel(KERNEL_LINEAR[kernel][0]) else (None, 0)
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -185,7 +207,7 @@ def _onednn_matrices(layers: list[LayerWeights], lm_head: torch.Tensor) -> Matri
 
 class PackedWeights:
     """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds what the
-    bf16 kernel `kernel` ("avx2", "avx512_bf16" or None) reads when `small_batch_rows` > 0, `gemm` (with `onednn`)
+    native kernel `kernel` (a key of KERNEL_LINEAR, or None) reads when `small_batch_rows` > 0, `gemm` (with `onednn`)
     the oneDNN-packed matrices every other step reads."""
 
     def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0, kernel: str | None = None,
@@ -215,13 +237,13 @@ class PackedWeights:
                 self.lm_head = self.embed if tied else _cast(head, dtype)
                 self.gemm = (_onednn_matrices(self.layers, self.lm_head) if self.onednn
                              else Matrices(self.layers, self.lm_head, None, F.linear))
-                if self.small_batch_rows and dtype == torch.bfloat16:
-                    self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows,
-                                                KERNEL_LINEAR[self.kernel])
-                elif self.small_batch_rows:
+                linear = KERNEL_LINEAR[self.kernel][1] if self.kernel else None
+                if self.kernel == "avx2":  # bf16 copies of the matrices for the float32 decode of a bf16 model
                     self.small_batch = Matrices(
                         [pack_matrices(layer, packed, torch.bfloat16) for layer, packed in zip(body.layers, self.layers)],
-                        _cast(head, torch.bfloat16), self.small_batch_rows, KERNEL_LINEAR[self.kernel])
+                        _cast(head, torch.bfloat16), self.small_batch_rows, linear)
+                elif self.kernel:  # the kernel reads the main pack's matrices
+                    self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows, linear)
             self.key = key
         return self
 
