@@ -76,31 +76,22 @@ def test_kernel_equals_linear_over_upcast_weights(rows, with_bias, threads):
     torch.testing.assert_close(got, F.linear(x, weight.float(), bias), rtol=1e-5, atol=1e-5)
 
 
-@needs_kernel
+@pytest.mark.parametrize("path", [
+    pytest.param("avx2", marks=needs_kernel),
+    pytest.param("avx512_bf16", marks=needs_native_kernel)])
 @pytest.mark.parametrize("rows", [1, 2, 3, 5])
-@pytest.mark.parametrize("columns", [13, 16])
+@pytest.mark.parametrize("columns", [13, 16, 21])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_f32_kernel_equals_linear(rows, columns, with_bias, threads):
+def test_f32_kernel_equals_linear(path, rows, columns, with_bias, threads):
     gen = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, 37, generator=gen)  # K = 37: four 8-wide steps and a tail of 5; rows in 2-row tiles
-    weight = torch.randn(columns, 37, generator=gen)  # 13: three 4-column tiles and one column
+    x = torch.randn(rows, 37, generator=gen)  # K = 37: 8-wide steps and a tail of 5 (16-wide: a tail of 5); 2-row tiles
+    weight = torch.randn(columns, 37, generator=gen)  # whole 4- and 8-column tiles and a remainder
     bias = torch.randn(columns, generator=gen) if with_bias else None
-    got = on_threads(threads, lambda: native.f32_linear(x, weight, bias))
+    got = on_threads(threads, lambda: native.f32_linear(x, weight, bias, path))
     torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="float32"):
-        native.f32_linear(x, weight.bfloat16())
-
-
-@needs_kernel
-def test_f32_small_steps_use_the_kernel_only_with_threads_to_split_over(monkeypatch):
-    x, weight = torch.randn(3, 40), torch.randn(24, 40)
-    calls = []
-    monkeypatch.setattr(native, "f32_linear", lambda *a: calls.append(a) or F.linear(*a))
-    assert torch.equal(on_threads(1, lambda: packing.threaded_f32_linear(x, weight)), F.linear(x, weight))
-    assert not calls  # one thread: torch's matrix-vector product is as fast
-    on_threads(2, lambda: packing.threaded_f32_linear(x, weight))
-    assert len(calls) == 1
+        native.f32_linear(x, weight.bfloat16(), None, path)
 
 
 @needs_native_kernel
@@ -203,13 +194,15 @@ def test_native_bf16_decode_equals_torch_bf16_decode(bf16_policy, prompts, monke
 @pytest.mark.parametrize("setting, model, compute, expected", [
     ("auto", torch.bfloat16, torch.float32, "avx2"),
     ("auto", torch.bfloat16, torch.bfloat16, "avx512_bf16"),
-    ("auto", torch.float32, torch.float32, "f32"),
+    ("auto", torch.float32, torch.float32, "f32_avx512"),
     ("model", torch.bfloat16, torch.bfloat16, None),
     ("model", torch.float32, torch.float32, None),
     ("float32", torch.bfloat16, torch.float32, None),
 ])
 def test_kernel_resolution(setting, model, compute, expected):
     path, rows = packing.resolve_kernel(setting, model, compute, torch.device("cpu"))
+    if expected == "f32_avx512" and native.bf16_linear_kernel("avx512_bf16") is None:
+        expected = "f32"  # the AVX2 build
     if expected is not None and native.bf16_linear_kernel(packing.KERNEL_LINEAR[expected][0]) is None:
         expected = None  # this CPU lacks the path: the engine falls back to torch
     assert path == expected and (rows > 0) == (expected is not None)

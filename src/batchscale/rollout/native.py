@@ -3,8 +3,8 @@
 Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which flags each needs):
 - "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
   bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`). The same library holds
-  `f32_linear` (kernels/f32_linear.c): float32 weights and activations, for a float32 model's small decode steps on
-  any CPU with AVX2, using every thread it is given.
+  `f32_linear` (kernels/f32_linear.c): float32 weights and activations, for a float32 model's small decode steps,
+  using every thread it is given; the "avx512_bf16" library holds its 16-lane build, `f32_linear_avx512`.
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
   bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
   ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
@@ -40,13 +40,13 @@ from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
     "avx2": (("bf16_linear.c", "f32_linear.c"), "bf16_linear", ("-mavx2", "-mfma")),
-    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c", "sample_avx512.c"), "bf16_linear_bf16",
+    "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c", "sample_avx512.c", "f32_linear.c"), "bf16_linear_bf16",
                     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
 }
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 SIGNATURES = {  # symbol -> argument types
     "bf16_linear": [P] * 4 + [I64] * 3 + [INT], "bf16_linear_bf16": [P] * 4 + [I64] * 3 + [INT],
-    "f32_linear": [P] * 4 + [I64] * 3 + [INT],
+    "f32_linear": [P] * 4 + [I64] * 3 + [INT], "f32_linear_avx512": [P] * 4 + [I64] * 3 + [INT],
     "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
     "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
     "decode_layer_bf16": [P] * 11 + [I64, P, F32, F32, INT],
@@ -135,10 +135,14 @@ def bf16_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return _call("avx2", x, weight, bias, torch.float32)
 
 
-def f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias) for float32 x (..., K), weight (N, K) and bias on the CPU: the AVX2 float32 kernel,
-    output columns split over torch's threads."""
-    return _call("avx2", x, weight, bias, torch.float32, torch.float32, _library("avx2").f32_linear)
+F32_SYMBOLS = {"avx2": "f32_linear", "avx512_bf16": "f32_linear_avx512"}  # library -> its float32 kernel
+
+
+def f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               path: str = "avx2") -> torch.Tensor:
+    """F.linear(x, weight, bias) for float32 x (..., K), weight (N, K) and bias on the CPU: the float32 kernel of
+    library `path` (8 lanes in "avx2", 16 in "avx512_bf16"), output columns split over torch's threads."""
+    return _call(path, x, weight, bias, torch.float32, torch.float32, getattr(_library(path), F32_SYMBOLS[path]))
 
 
 def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

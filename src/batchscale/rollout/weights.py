@@ -18,9 +18,9 @@ should if the decoder reads the model's modules as they are:
   larger ones, and prefill, torch's bf16 GEMM (oneDNN), which wins once a step is no longer bound by reading the
   weights.
 - threads: torch's float32 matrix-vector product reads the weights at one core's rate however many threads it has.
-  So a float32 policy's decode steps of at most F32_SMALL_BATCH_ROWS sequences on more than one thread use the
-  "f32" kernel of native.py (AVX2 + FMA, any x86 CPU this project runs on), which splits the output columns over
-  the threads (SmolLM2-135M at one sequence, two threads: 29 -> 48 tok/s).
+  So a float32 policy's decode steps of at most F32_SMALL_BATCH_ROWS sequences use the float32 kernel of native.py
+  (16 lanes where the CPU has the "avx512_bf16" path, else AVX2), which reads the weights faster on one core and
+  splits the output columns over the threads.
 - the layout: a plain F.linear makes oneDNN reorder the weight into its blocked layout at every call, a second pass
   over every weight per step. So on such a CPU the pack also holds each matrix pre-reordered once (`gemm`, made by
   `torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), multiplied by
@@ -51,36 +51,33 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
 NATIVE_SMALL_BATCH_ROWS = 4  # up to here the AVX512-BF16 kernel beat torch's bf16 GEMM (BENCHMARKS.md)
-F32_SMALL_BATCH_ROWS = 4  # up to here the float32 kernel beat torch's float32 GEMM (BENCHMARKS.md)
+F32_SMALL_BATCH_ROWS = 16  # the float32 kernel beat torch's float32 GEMM up to 32 rows (BENCHMARKS.md)
 
 
-def threaded_f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear for a float32 small decode step: the "f32" kernel where there are threads to split the columns over,
-    torch on one thread (where its matrix-vector product reads the weights as fast: BENCHMARKS.md)."""
-    if torch.get_num_threads() > 1:
-        return native.f32_linear(x, weight, bias)
-    return F.linear(x, weight, bias)
+def f32_linear_avx512(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return native.f32_linear(x, weight, bias, "avx512_bf16")
 
 
 # the kernel a small decode step uses -> (the native library it lives in, its linear): "avx2" multiplies float32
-# activations by bf16 weights, "avx512_bf16" bf16 by bf16, "f32" float32 by float32
+# activations by bf16 weights, "avx512_bf16" bf16 by bf16, "f32" and "f32_avx512" float32 by float32
 KERNEL_LINEAR = {"avx2": ("avx2", bf16_linear), "avx512_bf16": ("avx512_bf16", bf16_linear_native),
-                 "f32": ("avx2", threaded_f32_linear)}
+                 "f32": ("avx2", native.f32_linear), "f32_avx512": ("avx512_bf16", f32_linear_avx512)}
 
 
 def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
                    device: torch.device) -> tuple[str | None, int]:
     """(kernel, rows): the native kernel small decode steps use (a key of KERNEL_LINEAR) and the most sequences a step
     may hold to use it ((None, 0): never). Only "auto" uses a kernel, only on a CPU, and only where its library builds
-    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16, "f32"
-    for a float32 model."""
+    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16,
+    "f32_avx512" (else "f32", AVX2) for a float32 model."""
     if setting != "auto" or device.type != "cpu":
         return None, 0
-    kernel, rows = {(torch.bfloat16, torch.float32): ("avx2", SMALL_BATCH_ROWS),
-                    (torch.bfloat16, torch.bfloat16): ("avx512_bf16", NATIVE_SMALL_BATCH_ROWS),
-                    (torch.float32, torch.float32): ("f32", F32_SMALL_BATCH_ROWS)}.get((model_dtype, compute_dtype),
-                                                                                       (None, 0))
-    return (kernel, rows) if kernel and bf16_linear_kernel(KERNEL_LINEAR[kernel][0]) else (None, 0)
+    candidates = {(torch.bfloat16, torch.float32): [("avx2", SMALL_BATCH_ROWS)],
+                  (torch.bfloat16, torch.bfloat16): [("avx512_bf16", NATIVE_SMALL_BATCH_ROWS)],
+                  (torch.float32, torch.float32): [("f32_avx512", F32_SMALL_BATCH_ROWS), ("f32", F32_SMALL_BATCH_ROWS)],
+                  }.get((model_dtype, compute_dtype), [])
+    return next(((kernel, rows) for kernel, rows in candidates if bf16_linear_kernel(KERNEL_LINEAR[kernel][0])),
+                (None, 0))
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
