@@ -180,10 +180,10 @@ def test_native_bf16_decode_equals_torch_bf16_decode(bf16_policy, prompts, monke
     assert torch_only.decoder.dtype == torch.bfloat16 and torch_only.decoder.packed.small_batch_rows == 0
     assert not torch_only.decoder.packed.onednn
     params = SamplingParams(max_new_tokens=10, greedy=True)
-    for batch in (prompts, prompts[:3]):  # 22 sequences decode with torch's bf16 GEMM, 3 with the kernel
+    for batch in (prompts, prompts[:2]):  # 22 sequences decode with the packed GEMM, 2 with the kernel
         got, expected = auto.generate(batch, params), torch_only.generate(batch, params)
         linear = auto.decoder.weights.for_batch(len(batch)).linear
-        assert linear is (native.bf16_linear_native if len(batch) <= 4 else
+        assert linear is (native.bf16_linear_native if len(batch) <= packing.NATIVE_SMALL_BATCH_ROWS else
                           packing.onednn_linear if packing.onednn_packing_available() else F.linear)
         assert got.stats["active_max"] == len(batch)
         assert got.response_ids == expected.response_ids
@@ -227,3 +227,23 @@ def test_pack_follows_in_place_updates(random_model_dir, prompts, one_torch_thre
     flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
     assert after.response_ids == fresh.response_ids and torch.equal(flat(after), flat(fresh))
     assert after.response_ids != before.response_ids or (flat(after) - flat(before)).abs().max() > 0.01
+
+
+@needs_native_kernel
+def test_native_bf16_sampling_is_reproducible_and_nearly_concurrency_invariant(bf16_policy, prompts, monkeypatch,
+                                                                                one_torch_thread):
+    """On the native bf16 path a step of up to 2 sequences multiplies with the vdpbf16ps kernel and a larger one with
+    oneDNN: the same products summed in another order, so a bf16 logit can round the other way and a draw that lands
+    on a CDF boundary can pick the neighbouring token. Same cap, same seed: identical samples."""
+    monkeypatch.setattr(packing, "native_bf16_cpu", lambda: True)
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8)
+
+    def sample(cap):
+        torch.manual_seed(0)
+        return build_engine("engine", bf16_policy, max_concurrency=cap).generate(prompts, params).response_ids
+
+    wide = sample(24)
+    assert sample(24) == wide
+    narrow = sample(2)
+    pairs = [(a, b) for x, y in zip(narrow, wide) for a, b in zip(x, y)]
+    assert sum(a == b for a, b in pairs) >= 0.9 * len(pairs)

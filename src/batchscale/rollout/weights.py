@@ -50,7 +50,7 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
 SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
-NATIVE_SMALL_BATCH_ROWS = 4  # up to here the AVX512-BF16 kernel beat torch's bf16 GEMM (BENCHMARKS.md)
+NATIVE_SMALL_BATCH_ROWS = 2  # above this the packed oneDNN GEMM beat the AVX512-BF16 layer call (BENCHMARKS.md)
 F32_SMALL_BATCH_ROWS = 16  # the float32 kernel beat torch's float32 GEMM up to 32 rows (BENCHMARKS.md)
 
 
