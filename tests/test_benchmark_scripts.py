@@ -39,6 +39,19 @@ def test_kernel_benchmark_runs():
     assert "kernel" in done.stdout
 
 
+def test_engine_variants_benchmark_runs(random_model_dir):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "engine_variants.py"), "--model", str(random_model_dir), "--levels", "2",
+         "--variants", "default,no-kernel,rows=1", "--repeats", "1", "--max-new-tokens", "3"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rates = done.stdout.strip().splitlines()[-1].split()
+    assert rates[0] == "2" and len(rates) == 4 and all(float(r) > 0 for r in rates[1:])
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "engine_variants.py"), "--model", str(random_model_dir),
+                          "--variants", "fast"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "unknown variant 'fast'" in bad.stderr
+
+
 def long_context_model(tmp_path, random_model_dir):
     """The random model with room for the chat-length prompts of examples/smollm2-grpo.toml's task (char tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
