@@ -25,6 +25,8 @@ should if the decoder reads the model's modules as they are:
   over every weight per step. So on such a CPU the pack also holds each matrix pre-reordered once (`gemm`, made by
   `torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), multiplied by
   `onednn_linear`: bit-identical to F.linear, and 15-30% less time per decode step at 8-64 sequences (BENCHMARKS.md).
+  The price is memory: one more copy of every matrix and of the LM head (SmolLM2-135M: +268 MB), beside the plain
+  ones the small-batch kernel reads.
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
 storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
