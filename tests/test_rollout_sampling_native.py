@@ -3,7 +3,7 @@
 Truth is computed in float64 from the same bf16 logits: softmax(l / T), its cumulative sum, and the token whose
 interval [cdf[t-1], cdf[t]) holds u. The native token must hold u in its interval up to 1e-6 of probability mass (its
 sums run in float32 lanes added in double), its log-prob must equal log_softmax(l)[token] within 1e-5, and greedy must
-be the first maximum. Vocabularies with and without a tail of the 16-wide blocks, temperatures 1 and not, one and two
+be the first maximum; a NaN or infinite logit gives a NaN log-prob. Vocabularies with and without a tail of the 16-wide blocks, temperatures 1 and not, one and two
 threads; torch's own float32 sampler (sampling.sample_tokens on logits.float()) agrees on almost every row (its
 float32 CDF cannot resolve tokens whose probability is below its rounding). Skipped, with the reason, on a CPU without
 avx512_bf16.
@@ -67,3 +67,13 @@ def test_sample_tokens_sends_bf16_logits_to_the_native_pass_and_agrees_with_torc
     torch.testing.assert_close(got_logprobs[same], expected_logprobs[same], atol=1e-5, rtol=0)
     nucleus, _ = sample_tokens(logits, uniforms, 1.0, 0.9)  # top_p < 1 stays in torch
     assert torch.equal(nucleus, sample_tokens(logits.float(), uniforms, 1.0, 0.9)[0])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nan_or_infinite_logit_gives_a_nan_logprob_not_a_quiet_token(bad):
+    logits, uniforms = draw(3, 100, seed=3)
+    logits[1, 40] = bad
+    for u in (uniforms, None):
+        tokens, logprobs = native.sample(logits, u, 1.0)
+        assert torch.isnan(logprobs[1]) and int(tokens[1]) == 99
+        assert not torch.isnan(logprobs[[0, 2]]).any()

@@ -11,6 +11,9 @@
  * and are added in double; torch's cumsum runs in double too, so the two agree except where u * total lands within
  * rounding of a boundary, which the draw hits with probability ~1e-7 per token.
  *
+ * A row holding a NaN or an infinite logit gets token V - 1 and log-prob NaN (torch's softmax gives NaN there too),
+ * so the NaN reaches the trainer's checks instead of vanishing into a clamped exp.
+ *
  * exp: x = n ln 2 + r with |r| <= ln 2 / 2, exp(r) by a degree-6 polynomial (relative error ~2e-7, like torch's
  * vectorised exp), times 2^n by vscalefps (which also flushes x below -87 to 0).
  */
@@ -50,11 +53,19 @@ static void sample_row(const uint16_t *l, int64_t V, const float *uniform, float
     int64_t v;
     /* pass 1: the maximum (and, for greedy, its first index) */
     __m512 vmax = _mm512_set1_ps(-INFINITY);
+    __mmask16 nan = 0;
     for (v = 0; v < V; v += 16) {
         __mmask16 mask = V - v >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (V - v)) - 1u);
-        vmax = _mm512_mask_max_ps(vmax, mask, vmax, widen16(l + v, mask));
+        __m512 x = widen16(l + v, mask);
+        nan |= _mm512_mask_cmp_ps_mask(mask, x, x, _CMP_UNORD_Q);
+        vmax = _mm512_mask_max_ps(vmax, mask, vmax, x);
     }
     const float m = _mm512_reduce_max_ps(vmax);
+    if (nan || !isfinite(m)) {  /* a NaN or infinite logit: report NaN, as torch's softmax would, never hide it */
+        *token = V - 1;
+        *logprob = NAN;
+        return;
+    }
     const __m512 vm = _mm512_set1_ps(m), scale = _mm512_set1_ps(inv_temperature);
     /* pass 2: e = exp((l - m) / T) into scratch, its sum, and sum exp(l - m) for the log-prob */
     __m512 sum_e = _mm512_setzero_ps(), sum_1 = _mm512_setzero_ps();
