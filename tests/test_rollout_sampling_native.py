@@ -1,12 +1,12 @@
 """The native sampler for bf16 logits (native.sample, kernels/sample_avx512.c) against the exact inverse CDF.
 
-Truth is computed in float64 from the same bf16 logits: softmax(l / T), its cumulative sum, and the token whose
-interval [cdf[t-1], cdf[t]) holds u. The native token must hold u in its interval up to 1e-6 of probability mass (its
-sums run in float32 lanes added in double), its log-prob must equal log_softmax(l)[token] within 1e-5, and greedy must
-be the first maximum; a NaN or infinite logit gives a NaN log-prob. Vocabularies with and without a tail of the 16-wide blocks, temperatures 1 and not, one and two
-threads; torch's own float32 sampler (sampling.sample_tokens on logits.float()) agrees on almost every row (its
-float32 CDF cannot resolve tokens whose probability is below its rounding). Skipped, with the reason, on a CPU without
-avx512_bf16.
+Truth is computed in float64 from the same bf16 logits: softmax(l / T), its cumulative sum, and the token whose interval
+[cdf[t-1], cdf[t]) holds u. The native token must hold u in its interval up to 1e-6 of probability mass (its sums run in
+float32 lanes added in double), its log-prob must equal log_softmax(l)[token] within 1e-5, and greedy must be the first
+maximum; a NaN or infinite logit gives a NaN log-prob. Vocabularies with and without a tail of the 16-wide blocks,
+temperatures 1 and not, one and two threads; torch's own float32 sampler (sampling.sample_tokens on logits.float())
+agrees on almost every row (its float32 CDF cannot resolve tokens whose probability is below its rounding). Skipped,
+with the reason, on a CPU without avx512_bf16.
 """
 
 from __future__ import annotations

@@ -1,19 +1,23 @@
 """The engine's packed weights, compute dtype and bf16 kernel.
 
-- The AVX2 kernel equals F.linear over the same weights upcast to float32, for row counts around its 8-row chunks,
-  a K that is not a multiple of 8, with and without bias, on one and two threads.
-- The AVX512-BF16 kernel equals F.linear over bf16 activations, weights and bias upcast to float32, rounded once to
-  bf16 (within one bf16 ulp: summation order), for rows around its 4-row tiles, N around its 4-column tiles, a K tail,
-  with and without bias, on one and two threads. Skipped, with the reason, on a CPU without avx512_bf16.
-- oneDNN-packed matrices (weights.onednn_linear) give exactly F.linear's result, for any rows, with and without
-  bias, on a 3-d input. Skipped where torch cannot pack here (no native bf16).
-- A bf16 policy decoded the "auto" way on a CPU with native bf16 (the AVX512-BF16 kernel at small batches, torch's
-  bf16 GEMM over oneDNN-packed matrices above and in prefill) gives the same greedy tokens as torch's bf16 GEMM everywhere, and log-probs within bf16 tolerance.
-- A bf16 policy decoded the "auto" way (float32 arithmetic; the kernel at small batches, float32 GEMM above) gives
-  the same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6).
-- The pack follows the optimizer: after an in-place update the engine decodes with the new weights (float32, and
-  bf16 with every copy the pack holds: small-batch matrices, oneDNN-packed ones).
-- `compute_dtype` resolves as documented.
+- The AVX2 kernel equals F.linear over the same weights upcast to float32, for row counts around its 8-row chunks, a K
+  that is not a multiple of 8, with and without bias, on one and two threads.
+- The AVX512-BF16 kernel equals F.linear over bf16 activations, weights and bias upcast to float32, rounded once to bf16
+  (within one bf16 ulp: summation order), for rows around its 4-row tiles, N around its 4-column tiles, a K tail, with
+  and without bias, on one and two threads. Skipped, with the reason, on a CPU without avx512_bf16.
+- The float32 kernel, in each build this CPU can run (AVX2, AVX-512), equals F.linear for rows around its 2-row tiles,
+  whole column tiles and remainders, a K tail, with and without bias, on one and two threads.
+- oneDNN-packed matrices (weights.onednn_linear) give exactly F.linear's result, for any rows, with and without bias, on
+  a 3-d input. Skipped where torch cannot pack here (no native bf16).
+- A bf16 policy decoded the "auto" way on a CPU with native bf16 (the AVX512-BF16 kernel at small batches, torch's bf16
+  GEMM over oneDNN-packed matrices above and in prefill) gives the same greedy tokens as torch's bf16 GEMM everywhere,
+  and log-probs within bf16 tolerance.
+- A bf16 policy decoded the "auto" way (float32 arithmetic; the kernel at small batches, float32 GEMM above) gives the
+  same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6).
+- The pack follows the optimizer: after an in-place update the engine decodes with the new weights (float32, and bf16
+  with every copy the pack holds: small-batch matrices, oneDNN-packed ones).
+- `compute_dtype` resolves as documented, and so does the kernel each dtype pair gets.
+- Sampling on the native bf16 path is reproducible at a fixed cap and nearly the same across caps.
 """
 
 from __future__ import annotations

@@ -113,8 +113,9 @@ def unavailable_reason(path: str = "avx2") -> str | None:
 
 
 def _call(path: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x_dtype: torch.dtype,
-          w_dtype: torch.dtype = torch.bfloat16, fn=None):
-    fn = fn or _load(path)
+          w_dtype: torch.dtype = torch.bfloat16, symbol: str | None = None):
+    """y = x W^T + b through library `path`'s `symbol` (default: its bf16 linear)."""
+    fn = getattr(_library(path), symbol or KERNELS[path][1])
     shape = x.shape
     x = x.reshape(-1, shape[-1]).contiguous()
     rows, k = x.shape
@@ -142,7 +143,7 @@ def f32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
                path: str = "avx2") -> torch.Tensor:
     """F.linear(x, weight, bias) for float32 x (..., K), weight (N, K) and bias on the CPU: the float32 kernel of
     library `path` (8 lanes in "avx2", 16 in "avx512_bf16"), output columns split over torch's threads."""
-    return _call(path, x, weight, bias, torch.float32, torch.float32, getattr(_library(path), F32_SYMBOLS[path]))
+    return _call(path, x, weight, bias, torch.float32, torch.float32, F32_SYMBOLS[path])
 
 
 def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -53,7 +53,8 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
 NATIVE_SMALL_BATCH_ROWS = 2  # above this the packed oneDNN GEMM beat the AVX512-BF16 layer call (BENCHMARKS.md)
-F32_SMALL_BATCH_ROWS = 16  # the float32 kernel beat torch's float32 GEMM up to 32 rows (BENCHMARKS.md)
+F32_SMALL_BATCH_ROWS = 16  # the float32 kernel beat torch's float32 GEMM at 1-256 rows with AVX-512; 16 is the
+# conservative side for AVX2-only CPUs, where torch's float32 GEMM was relatively stronger (BENCHMARKS.md)
 
 
 def f32_linear_avx512(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -239,7 +240,8 @@ class PackedWeights:
                 linear = KERNEL_LINEAR[self.kernel][1] if self.kernel else None
                 if self.kernel == "avx2":  # bf16 copies of the matrices for the float32 decode of a bf16 model
                     self.small_batch = Matrices(
-                        [pack_matrices(layer, packed, torch.bfloat16) for layer, packed in zip(body.layers, self.layers)],
+                        [pack_matrices(layer, packed, torch.bfloat16)
+                         for layer, packed in zip(body.layers, self.layers)],
                         _cast(head, torch.bfloat16), self.small_batch_rows, linear)
                 elif self.kernel:  # the kernel reads the main pack's matrices
                     self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows, linear)
@@ -247,7 +249,7 @@ class PackedWeights:
         return self
 
     def for_batch(self, batch: int) -> Matrices:
-        """What a decode step over `batch` sequences (or a prefill over `batch` tokens) reads and multiplies with."""
+        """What a decode step over `batch` sequences reads and multiplies with (prefill always reads `gemm`)."""
         if self.small_batch is not None and batch <= self.small_batch.max_rows:
             return self.small_batch
         return self.gemm
