@@ -52,6 +52,23 @@ def test_engine_variants_benchmark_runs(random_model_dir):
     assert bad.returncode != 0 and "unknown variant 'fast'" in bad.stderr
 
 
+@pytest.mark.skipif(native.bf16_linear_kernel("avx512_bf16") is None, reason="AVX512-BF16 kernels unavailable")
+def test_sampling_benchmark_runs():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "sampling.py"), "--rows", "2", "--vocab", "100",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows, fast, slow, ratio = done.stdout.strip().splitlines()[-1].split()
+    assert rows == "2" and float(fast) > 0 and float(slow) > 0 and ratio.endswith("x")
+
+
+def test_op_profile_benchmark_runs(random_model_dir):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "op_profile.py"), "generate", "--model",
+                           str(random_model_dir), "--dtype", "float32", "--rows", "4", "--max-new-tokens", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "generate:" in done.stdout and "Self CPU time total" in done.stdout and "function calls" in done.stdout
+
+
 def long_context_model(tmp_path, random_model_dir):
     """The random model with room for the chat-length prompts of examples/smollm2-grpo.toml's task (char tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
