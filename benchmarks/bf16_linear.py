@@ -34,18 +34,24 @@ from batchscale.rollout.weights import onednn_linear, onednn_pack, onednn_packin
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
 
 
-def best_ms(fn, weights, inputs, repeats: int) -> float:
-    def step():
-        for w in weights:
-            fn(inputs[w.shape[1]], w)
-
-    step()  # warm-up
+def best_ms(step, repeats: int) -> float:
+    """The fastest of `repeats` calls of `step()` after one warm-up call, in ms (also used by sampling.py)."""
+    step()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
     return min(times) * 1e3
+
+
+def stream_ms(fn, weights, inputs, repeats: int) -> float:
+    """best_ms of one decode step's products: fn(x, W) for every matrix W, x the activations of W's width."""
+    def step():
+        for w in weights:
+            fn(inputs[w.shape[1]], w)  # each output dropped at once, as a decode step drops it
+
+    return best_ms(step, repeats)
 
 
 def main() -> None:
@@ -68,13 +74,13 @@ def main() -> None:
     nan = float("nan")
     for rows in (int(r) for r in args.rows.split(",")):
         inputs = {k: torch.randn(rows, k, generator=gen) for k in (576, 1536)}
-        kernel = best_ms(lambda x, w: bf16_linear(x, w), bf16, inputs, args.repeats)
-        dense = best_ms(F.linear, fp32, inputs, args.repeats)
-        f32 = best_ms(lambda x, w: f32_linear(x, w, None, f32_path), fp32, inputs, args.repeats)
+        kernel = stream_ms(lambda x, w: bf16_linear(x, w), bf16, inputs, args.repeats)
+        dense = stream_ms(F.linear, fp32, inputs, args.repeats)
+        f32 = stream_ms(lambda x, w: f32_linear(x, w, None, f32_path), fp32, inputs, args.repeats)
         half_inputs = {k: x.bfloat16() for k, x in inputs.items()}
-        half = best_ms(F.linear, bf16, half_inputs, args.repeats) if rows <= 16 or native else nan
-        fast = best_ms(bf16_linear_native, bf16, half_inputs, args.repeats) if native else nan
-        reordered = best_ms(onednn_linear, packed, half_inputs, args.repeats) if packed else nan
+        half = stream_ms(F.linear, bf16, half_inputs, args.repeats) if rows <= 16 or native else nan
+        fast = stream_ms(bf16_linear_native, bf16, half_inputs, args.repeats) if native else nan
+        reordered = stream_ms(onednn_linear, packed, half_inputs, args.repeats) if packed else nan
         gbps = lambda ms, size=2: sum(w.numel() * size for w in bf16) / ms / 1e6  # noqa: E731
         print(f"{rows:>5} {kernel:8.1f} {dense:8.1f} {half:8.1f} {fast:8.1f} {reordered:8.1f} {f32:10.1f} "
               f"{gbps(kernel):11.1f} {gbps(fast):11.1f} {gbps(f32, 4):9.1f}")

@@ -10,22 +10,12 @@ copy). Both are timed here on the same random logits (SmolLM2's vocabulary by de
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from bf16_linear import best_ms  # benchmarks/ is this script's directory
 
 from batchscale.rollout import native
 from batchscale.rollout.sampling import sample_tokens
-
-
-def best_ms(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
 
 
 def main() -> None:
