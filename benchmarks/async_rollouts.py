@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from batchscale.config import load_config
-from batchscale.trainer import train
+from batchscale.train.loop import train
 
 MODES = {
     "sync": ["rollout.mode='sync'", "run.threads={threads}"],

@@ -25,7 +25,8 @@ from batchscale.analysis.coverage import CurveModel, measure_coverage
 from batchscale.analysis.curves import smooth_scores
 from batchscale.analysis.synthetic import compute_synthetic_score
 from batchscale.analysis.targets import find_samples_to_target
-from batchscale.plan.decide import ConfigMeasurement, compute_plan
+from batchscale.plan.decide import compute_plan
+from batchscale.plan.rows import ConfigMeasurement
 
 Q_SAMPLES_PER_S, Q_STEP_SD, Q_STEPS = 10.0, 0.05, 40
 

@@ -10,10 +10,10 @@ default in TRL, is turned off because batchscale does not checkpoint. A step is 
 to the end of the AdamW step: generation, rewards, advantages, forward and backward, clip, step.
 
 Per response length, each system takes one untimed first step (allocation, warm-up), then --steps timed steps,
-alternated (batchscale, TRL, TRL, batchscale, ...: each goes first equally often) so load from other processes hits
-both alike; medians are reported. batchscale runs in this process (`trainer.build_run` / `trainer.run_step`); TRL
-runs in its own venv, .cache/bench/trl-venv, made on first use: torch==2.13.0 first (the CPU wheel on this machine's
-disk), then trl==1.13.0, so pip never pulls a CUDA torch (trl_worker.py).
+alternated (batchscale, TRL, TRL, batchscale, ...: each goes first equally often) so load from other processes hits both
+alike; medians are reported. batchscale runs in this process (`train.state.build_training_state` /
+`train.loop.run_step`); TRL runs in its own venv, .cache/bench/trl-venv, made on first use: torch==2.13.0 first (the CPU
+wheel on this machine's disk), then trl==1.13.0, so pip never pulls a CUDA torch (trl_worker.py).
 
     .venv/bin/python benchmarks/e2e_trl.py --max-new-tokens 16,128 --steps 4 --threads 2
 """
@@ -35,7 +35,9 @@ import numpy as np
 from batchscale.config import load_config
 from batchscale.cpu import cpu_flags
 from batchscale.tasks import build_task
-from batchscale.trainer import build_run, run_step
+from batchscale.train.loop import run_step
+from batchscale.train.rollout_source import open_rollout_source
+from batchscale.train.state import build_training_state
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "smollm2-grpo.toml"
@@ -95,12 +97,13 @@ class Batchscale:
     """batchscale's trainer in this process, one `run_step` per request."""
 
     def __init__(self, cfg):
-        self.run, self.steps = build_run(cfg, log=lambda s: print(s, flush=True)), 0
+        self.state, self.steps = build_training_state(cfg, log=lambda s: print(s, flush=True)), 0
+        self.source = open_rollout_source(self.state)  # synchronous: nothing to enter or leave
 
     def step(self) -> dict:
         self.steps += 1
         start = time.perf_counter()
-        record = run_step(self.steps, self.run)
+        record = run_step(self.steps, self.state, self.source)
         return {"seconds": time.perf_counter() - start, "inner_seconds": record["time/step"],
                 "generate_s": record["time/generate"], "length_mean": record["response/length_mean"]}
 

@@ -189,7 +189,7 @@ class LlamaCpp(Worker):
 def memory_roofline_tokens_per_s(model_dir: Path, dtype: str, context: int) -> tuple[float, float]:
     """(tokens/s, bandwidth B/s) of decode at batch 1 bound by this machine's measured copy bandwidth."""
     from batchscale.systems.hardware import measure_cpu
-    from batchscale.systems.models import load_config_json
+    from batchscale.systems.model_shapes import load_config_json
     from batchscale.systems.roofline import count_decode_model
 
     hardware = measure_cpu()

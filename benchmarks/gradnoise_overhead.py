@@ -1,9 +1,9 @@
 """What the online gradient noise scale costs in the actor update (issue 16: at most 5% of `time/train`).
 
-Variants of one GRPO update (`update.accumulate_policy_gradient` then `optimization.clip_and_step`), alternated in one
-run so load from other processes hits all alike; medians of --repeats:
+Variants of one GRPO update (`train.actor.accumulate_policy_gradient` then `train.update_schedule.clip_and_step`),
+alternated in one run so load from other processes hits all alike; medians of --repeats:
 - `no estimate`: the micro-batches in chunks of whole prompt groups, no chunk norms taken;
-- `estimate`: the same chunks with `telemetry.chunk_norms.ChunkNorms` (set aside .grad, one squared norm and one add
+- `estimate`: the same chunks with `train.chunk_norms.ChunkNorms` (set aside .grad, one squared norm and one add
   per chunk, the estimators after clip_and_step): what the trainer runs;
 - `one pass`: (only when micro-batch = the whole update) the update as one micro-batch, as before issue 16, which the
   estimate splits into two half-batches.
@@ -29,11 +29,12 @@ import torch
 from training_step import TASK, rollout_batch
 
 from batchscale.config import ModelConfig, OptimConfig
-from batchscale.optimization import build_optimizer, clip_and_step
 from batchscale.policy.load import load_policy
 from batchscale.tasks import build_task
 from batchscale.telemetry import chunk_norms as chunk_module
-from batchscale.update import accumulate_policy_gradient
+from batchscale.train.actor import accumulate_policy_gradient
+from batchscale.train.optimizer import build_optimizer
+from batchscale.train.update_schedule import clip_and_step
 
 
 def timed_update(model, optimizer, batch, advantages, micro_batch_size, samples_per_prompt, variant) -> float:

@@ -3,8 +3,8 @@
 - `generate`: one call of the engine over --rows sequences of the arithmetic task (G = 8 per prompt, temperature 1,
   --max-new-tokens), after a warm-up call; the native kernels show up as the Python functions that call them, so the
   table is also given by Python function (cProfile).
-- `update`: one GRPO gradient pass (`update.accumulate_policy_gradient`, forward and backward, micro-batch = --rows)
-  over `profile training`'s batch of --rows sequences, in --compute-dtype arithmetic, after a warm-up pass.
+- `update`: one GRPO gradient pass (`train.actor.accumulate_policy_gradient`, forward and backward, micro-batch =
+  --rows) over `profile training`'s batch of --rows sequences, in --compute-dtype arithmetic, after a warm-up pass.
 
     .venv/bin/python benchmarks/op_profile.py generate --model smollm2-135m --dtype bfloat16 --rows 256
     .venv/bin/python benchmarks/op_profile.py update --model examples/models/llama-10m --compute-dtype bfloat16 \\
@@ -40,7 +40,7 @@ def generate_call(args):
 
 def update_call(args):
     from batchscale.systems import profile_training as training
-    from batchscale.update import accumulate_policy_gradient
+    from batchscale.train.actor import accumulate_policy_gradient
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.compute_dtype]
     policy, task, device = training.load_profiled_policy(ModelConfig(name=args.model, dtype="float32"), "cpu",

@@ -2,14 +2,14 @@
 
 The variants (alternated in one run, so load from other processes hits all alike; medians of --repeats):
 - `before`: the update before issue 18: the LM head and log-softmax over every position (`full_head_logprobs` below,
-  the old `batching.token_logprobs`), micro-batches of consecutive rows, every row's prompt computed;
+  the old `policy.forward.token_logprobs`), micro-batches of consecutive rows, every row's prompt computed;
 - `response head`: the LM head and log-softmax on response positions only;
 - `sorted`: micro-batches of length-sorted rows (full head);
 - `response head + sorted`;
 - `response head + shared prompts`: a group's prompt computed once per micro-batch (`shared_prompts`);
 - `all three` (what batchscale does now).
-Each update is `update.accumulate_policy_gradient` (forward, clipped surrogate, backward per micro-batch) then
-`optimization.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
+Each update is `train.actor.accumulate_policy_gradient` (forward, clipped surrogate, backward per micro-batch) then
+`train.update_schedule.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
 
 The batch is a real rollout: P prompts of the arithmetic task in the model's chat format, G responses each sampled by
 the engine (temperature 1, up to --max-new-tokens) from the policy itself, so response lengths vary as they do in
@@ -30,16 +30,19 @@ from unittest import mock
 import numpy as np
 import torch
 
-from batchscale import batching, update
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import collate, iter_gradient_chunks
 from batchscale.config import ModelConfig, OptimConfig, TaskConfig
-from batchscale.optimization import build_optimizer, clip_and_step
+from batchscale.policy import forward
 from batchscale.policy.load import load_policy
-from batchscale.precision import resolve_compute_dtype
+from batchscale.policy.sequences import collate
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
+from batchscale.train import actor
+from batchscale.train.micro_batches import iter_gradient_chunks
+from batchscale.train.optimizer import build_optimizer
+from batchscale.train.precision import resolve_training_dtype
+from batchscale.train.update_schedule import clip_and_step
 
 TASK = TaskConfig(digits=1, template="What is {a} {op} {b}? Reply with the number only.", reward="last_integer_match",
                   eval_size=6)  # examples/smollm2-grpo.toml's task
@@ -54,7 +57,7 @@ VARIANTS = {  # name: (response-only head, length-sorted micro-batches, shared p
 
 
 def full_head_logprobs(model, batch) -> torch.Tensor:
-    """The pre-issue-18 `batching.token_logprobs`: logits and log-softmax at every position."""
+    """The pre-issue-18 `policy.forward.token_logprobs`: logits and log-softmax at every position."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()  # (N, L-1, V)
     targets = batch.input_ids[:, 1:].unsqueeze(-1)  # (N, L-1, 1)
     return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (N, L-1)
@@ -84,13 +87,13 @@ def rollout_batch(policy, task, prompts_per_step: int, samples_per_prompt: int, 
 
 def timed_update(model, optimizer, batch, advantages, micro_batch_size, compute_dtype, variant) -> float:
     response_head, sort, share = VARIANTS[variant]
-    logprobs = update.token_logprobs if response_head else full_head_logprobs
-    hidden_states = batching.response_hidden_states if share else plain_hidden_states
-    with mock.patch.object(update, "token_logprobs", logprobs), \
-            mock.patch.object(batching, "response_hidden_states", hidden_states):
+    logprobs = actor.token_logprobs if response_head else full_head_logprobs
+    hidden_states = forward.response_hidden_states if share else plain_hidden_states
+    with mock.patch.object(actor, "token_logprobs", logprobs), \
+            mock.patch.object(forward, "response_hidden_states", hidden_states):
         start = time.perf_counter()
-        update.accumulate_policy_gradient(model, batch, advantages, micro_batch_size, 0.2, compute_dtype=compute_dtype,
-                                          sort_by_length=sort)
+        actor.accumulate_policy_gradient(model, batch, advantages, micro_batch_size, 0.2, compute_dtype=compute_dtype,
+                                         sort_by_length=sort)
         clip_and_step(model, optimizer, 1.0)
         return time.perf_counter() - start
 
@@ -117,7 +120,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     policy = load_policy(ModelConfig(name=args.model, chat_template=args.chat_template), TASK, log=lambda s: None)
     task = build_task(TASK)
-    compute_dtype = resolve_compute_dtype(args.compute_dtype, policy.model.dtype, "cpu")
+    compute_dtype = resolve_training_dtype(args.compute_dtype, policy.model.dtype, "cpu")
     optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), 1e-7)
     rows = []
     for max_new_tokens in [int(x) for x in args.max_new_tokens.split(",")]:

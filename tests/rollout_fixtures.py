@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscale.batching import SequenceBatch, collate
 from batchscale.config import ModelConfig, TaskConfig
 from batchscale.policy.load import load_policy
+from batchscale.policy.sequences import SequenceBatch, collate
 
 
 def load_random_policy(model_dir):

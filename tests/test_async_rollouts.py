@@ -16,11 +16,15 @@ from test_faults import kill_session, session_processes, wait_for
 from test_trainer import read_records, small_config
 
 from batchscale.algorithms.offpolicy import truncated_is_weights
-from batchscale.async_trainer import AsyncRollouts
-from batchscale.batching import collate, token_logprobs
 from batchscale.config import load_config
 from batchscale.errors import UserError
-from batchscale.trainer import build_run, train
+from batchscale.policy.forward import token_logprobs
+from batchscale.policy.sequences import collate
+from batchscale.train.async_generator import admission_limit
+from batchscale.train.async_rollouts import AsyncRollouts
+from batchscale.train.loop import train
+from batchscale.train.rollout_source import open_rollout_source
+from batchscale.train.state import build_training_state
 
 ASYNC = "rollout.mode='async'"
 
@@ -96,20 +100,21 @@ def test_the_stream_never_splits_groups_never_reuses_samples_bounds_staleness_an
     k, P, G = 2, 4, 3
     cfg = small_config(random_model_dir, ASYNC, f"rollout.max_staleness={k}", "rollout.generation_batch=36",
                        "sampling.max_new_tokens=48", "rollout.max_concurrency=8")
-    run = build_run(cfg, log=lambda s: None)
-    model, tok = run.policy.model, run.policy.tokenizer
+    state = build_training_state(cfg, log=lambda s: None)
+    model, tok = state.policy.model, state.policy.tokenizer
     snapshots = {0: {name: p.detach().clone() for name, p in model.named_parameters()}}
     consumed, responses = [], []
     generator = torch.Generator().manual_seed(1)
     try:
-        with AsyncRollouts(run) as source:
+        with open_rollout_source(state) as source:
+            assert isinstance(source, AsyncRollouts)
             for step in range(1, 9):
-                collected = source.take(step, run)
+                collected = source.take(step)
                 rollouts, version = collected.rollouts, collected.version
                 assert version == step - 1 and len(collected.examples) == P and len(rollouts.response_ids) == P * G
                 assert collected.record["async/staleness_max"] <= k
                 for i, example in enumerate(collected.examples):  # each group's G responses, together, for its prompt
-                    prompt_ids = tok(run.policy.format_prompts([example.prompt]))["input_ids"][0]
+                    prompt_ids = tok(state.policy.format_prompts([example.prompt]))["input_ids"][0]
                     assert all(rollouts.prompt_ids[i * G + j] == prompt_ids for j in range(G))
                 for row, versions in enumerate(collected.versions):
                     assert versions == sorted(versions) and version - k <= versions[0] and versions[-1] <= version
@@ -124,7 +129,7 @@ def test_the_stream_never_splits_groups_never_reuses_samples_bounds_staleness_an
             buffered = [g["group_id"] for g in source.buffer]
             dropped = source.dropped_ids
     finally:
-        run.task.close()
+        state.task.close()
     assert len(consumed) == len(set(consumed)) == 8 * P  # N advanced by P*G per update, no sample twice
     assert not set(consumed) & set(dropped) and not set(consumed) & set(buffered)
     unaccounted = set(range(max(consumed) + 1)) - set(consumed) - set(dropped) - set(buffered)
@@ -180,3 +185,47 @@ def test_sigkill_of_either_process_ends_the_run_unfinished_with_whole_lines_and_
         assert trainer.returncode == -signal.SIGKILL
     assert all(json.loads(line)["kind"] in ("step", "eval") for line in metric_lines(out))  # whole lines only
     assert not (out / "summary.json").exists()
+
+
+def test_the_admission_bound_is_the_one_both_processes_use():
+    """The generator starts at most admission_limit(v) groups (dropped ones not counted) while v is the newest
+    version, and the trainer samples prompts ahead for exactly as many: one bound, written once."""
+    import queue
+    from types import SimpleNamespace
+
+    from batchscale.config import derive_plan
+    from batchscale.train.async_generator import GeneratorSettings, _Streamer
+
+    P, G, k = 4, 2, 1
+    assert [admission_limit(v, k, P) for v in range(3)] == [8, 12, 16]  # (v + k + 1) * P
+
+    class Schedule:  # the streaming schedule's bookkeeping, without a model
+        in_flight = 0
+
+        def extend(self, rows):
+            self.in_flight += len(rows)
+            return list(range(self.in_flight - len(rows), self.in_flight))
+
+    settings = GeneratorSettings(P, G, 1000, 8, k, True, 1, "auto", 1.0, 1.0, 4)
+    prompts = queue.Queue()
+    for group in range(40):
+        prompts.put((group, [[1]] * G))
+    streamer = _Streamer(settings, Schedule(), finished=None)
+    streamer.admit(prompts, version=0, dropped_groups=0)
+    assert streamer.started == admission_limit(0, k, P)
+    streamer.admit(prompts, version=0, dropped_groups=0)
+    assert streamer.started == admission_limit(0, k, P)  # nothing more under the same version
+    streamer.admit(prompts, version=1, dropped_groups=P)
+    assert streamer.started == admission_limit(1, k, P) + P  # dropped groups free their places
+
+    cfg = load_config(None, [ASYNC, f"rollout.max_staleness={k}", f"batch.prompts_per_step={P}",
+                             f"batch.samples_per_prompt={G}", "batch.micro_batch_size=8"])
+    examples = SimpleNamespace(prompt="1+1=")
+    task = SimpleNamespace(sample_train=lambda rng, count: [examples] * count)
+    policy = SimpleNamespace(format_prompts=lambda texts: texts,
+                             tokenizer=lambda texts: {"input_ids": [[1, 2]] * len(texts)})
+    source = AsyncRollouts(cfg, derive_plan(cfg), policy, task, rng=None, timer=None)
+    source.prompts = queue.Queue()
+    source.counters = SimpleNamespace(dropped_groups=SimpleNamespace(value=P))
+    source.supply_prompts(version=1)  # P prompts at a time, as the synchronous loop samples them
+    assert source.groups_sampled == admission_limit(1, k, P) + P == streamer.started

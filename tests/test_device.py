@@ -20,18 +20,19 @@ from devices import DEVICES
 from test_trainer import TIMING_KEYS, read_records
 from test_trainer import small_config as trainer_config
 
-from batchscale.batching import collate, token_logprobs
 from batchscale.cli import main
 from batchscale.config import ModelConfig, TaskConfig, load_config
 from batchscale.device import resolve_device
 from batchscale.errors import UserError
+from batchscale.policy.forward import token_logprobs
 from batchscale.policy.load import load_policy
+from batchscale.policy.sequences import collate
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.rollout.engine import ContinuousBatchingEngine
-from batchscale.rollout.weights import resolve_compute_dtype, resolve_kernel
+from batchscale.rollout.weights import resolve_generation_dtype, resolve_kernel
 from batchscale.tasks import build_task
-from batchscale.trainer import train
+from batchscale.train.loop import train
 
 # bf16 decode vs the float32 training forward, per response token, in nats: bf16 keeps 8 significant bits, so each
 # logit carries a relative error near 2^-9. Measured on the CPU path (a bf16 copy of the float32 weights, the prompts
@@ -72,7 +73,7 @@ def test_cuda_without_a_gpu_is_refused_before_any_compute(name, random_model_dir
     def no_compute(*_, **__):
         raise AssertionError("a missing GPU must be refused before the model loads")
 
-    monkeypatch.setattr("batchscale.trainer.load_policy", no_compute)
+    monkeypatch.setattr("batchscale.train.state.load_policy", no_compute)
     with pytest.raises(UserError, match="sees none on this machine") as refused:
         resolve_device(name)
     assert "\n" not in str(refused.value)
@@ -116,12 +117,12 @@ def test_device_cpu_gives_the_same_records_as_the_default(random_model_dir, tmp_
 def test_auto_decodes_float32_in_bf16_on_a_bf16_gpu_only(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr("batchscale.rollout.weights.native_bf16", lambda device_type: device_type == "cuda")
-    assert resolve_compute_dtype("auto", torch.float32, cuda) == torch.bfloat16
-    assert resolve_compute_dtype("float32", torch.float32, cuda) == torch.float32  # the override
-    assert resolve_compute_dtype("model", torch.float32, cuda) == torch.float32
-    assert resolve_compute_dtype("auto", torch.float32, cpu) == torch.float32  # the CPU path is unchanged
+    assert resolve_generation_dtype("auto", torch.float32, cuda) == torch.bfloat16
+    assert resolve_generation_dtype("float32", torch.float32, cuda) == torch.float32  # the override
+    assert resolve_generation_dtype("model", torch.float32, cuda) == torch.float32
+    assert resolve_generation_dtype("auto", torch.float32, cpu) == torch.float32  # the CPU path is unchanged
     monkeypatch.setattr("batchscale.rollout.weights.native_bf16", lambda device_type: False)  # e.g. a V100
-    assert resolve_compute_dtype("auto", torch.float32, cuda) == torch.float32
+    assert resolve_generation_dtype("auto", torch.float32, cuda) == torch.float32
 
 
 @pytest.mark.parametrize("model_dtype", [torch.bfloat16, torch.float32])
@@ -189,8 +190,8 @@ def test_an_asynchronous_run_on_a_gpu_is_refused_before_the_model_loads(random_m
     def no_compute(*_, **__):
         raise AssertionError("refused before the model loads")
 
-    monkeypatch.setattr("batchscale.trainer.resolve_device", lambda name: torch.device("cuda", 0))
-    monkeypatch.setattr("batchscale.trainer.load_policy", no_compute)
+    monkeypatch.setattr("batchscale.train.state.resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr("batchscale.train.state.load_policy", no_compute)
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--set", f"model.name='{random_model_dir}'", "--set", "rollout.mode=async",
                  "--set", "run.device=auto"]) == 2

@@ -129,9 +129,9 @@ def dead_pid() -> int:
 
 def test_a_rerun_takes_over_a_stale_lock_and_adopts_nothing_it_did_not_train(tmp_path, random_model_dir):
     from batchscale.sweep.driver import run_sweep
-    from batchscale.sweep.spec import load_sweep
+    from batchscale.sweep.spec import load_sweep_spec
 
-    points = load_sweep(write_sweep(tmp_path, random_model_dir, '"batch.prompts_per_step" = [2]', budget=8))
+    points = load_sweep_spec(write_sweep(tmp_path, random_model_dir, '"batch.prompts_per_step" = [2]', budget=8))
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
     (out / "sweep.lock").write_text(json.dumps({"pid": dead_pid(), "host": socket.gethostname(), "started": 0}))
@@ -224,7 +224,7 @@ def test_a_diverging_run_stops_at_its_step_unfinished(tmp_path, random_model_dir
 
 
 def test_reward_collapse_is_a_warning_in_the_summary():
-    from batchscale.health import CollapseWatch
+    from batchscale.train.health import CollapseWatch
 
     watch = CollapseWatch(steps=3)
     rewards = [0.0, 0.5, 0.4, 0.0, 0.0, 0.0, 0.0]  # zero at the start is not a collapse; after being positive it is
@@ -235,8 +235,8 @@ def test_reward_collapse_is_a_warning_in_the_summary():
 
 def test_the_trainer_puts_a_collapse_warning_into_the_summary(tmp_path, random_model_dir, monkeypatch):
     from batchscale.config import load_config
-    from batchscale.health import CollapseWatch
-    from batchscale.trainer import train
+    from batchscale.train.health import CollapseWatch
+    from batchscale.train.loop import train
 
     monkeypatch.setattr(CollapseWatch, "update", lambda self, record: "reward collapse: test" if record["step"] == 1
                         else None)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from batchscale.batching import SequenceBatch
-from batchscale.telemetry.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.policy.sequences import SequenceBatch
 from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, predict_samples_penalty,
                                             summarize_noise_scale)
+from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 
 DIM, NOISE_SD = 10, 1.0
 TRUE_GRAD_SQ = 1.0  # |delta|^2

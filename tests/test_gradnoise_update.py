@@ -12,12 +12,11 @@ import torch
 from rollout_fixtures import policy, rollout  # noqa: F401  (fixtures: 3 prompts x 4 responses, rewards)
 
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import iter_gradient_chunks
 from batchscale.config import derive_plan, load_config
-from batchscale.critic import accumulate_value_gradient, build_value_model
-from batchscale.optimization import build_optimizer
-from batchscale.telemetry.chunk_norms import ChunkNorms
-from batchscale.update import accumulate_policy_gradient, update_policy
+from batchscale.train.actor import accumulate_policy_gradient, build_actor
+from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.critic import accumulate_value_gradient, build_value_model
+from batchscale.train.micro_batches import iter_gradient_chunks
 
 
 def test_chunks_hold_whole_groups_and_cover_the_batch(rollout):
@@ -67,7 +66,7 @@ def test_taking_chunk_norms_never_changes_the_critic_gradient(policy, rollout):
 
 def grpo_plan(random_model_dir, micro):
     cfg = load_config(None, [f"model.name='{random_model_dir}'", "batch.prompts_per_step=3", "batch.samples_per_prompt=4",
-                             f"batch.micro_batch_size={micro}", "batch.reference_samples_per_step=12"])
+                             f"batch.micro_batch_size={micro}", "batch.reference_samples_per_step=12", "optim.lr=1e-3"])
     return cfg, derive_plan(cfg)
 
 
@@ -78,8 +77,7 @@ def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size
     for micro in (1, 4, 12):
         cfg, plan = grpo_plan(random_model_dir, micro)
         model = copy.deepcopy(policy.model)
-        stats[micro] = update_policy(model, build_optimizer(model.parameters(), cfg.optim, 1e-3), batch, adv, plan,
-                                     cfg.algorithm, cfg.optim.max_grad_norm)
+        stats[micro] = build_actor(model, cfg, plan).update(batch, adv)
         params[micro] = [p.detach() for p in model.parameters()]
         assert {"gns/grad_sq", "gns/trace_sigma"} <= stats[micro].keys()
     for micro in (1, 4):  # the same two chunks at every micro-batch size: the same estimate, up to float rounding
@@ -93,18 +91,18 @@ def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size
 def test_a_step_of_several_updates_logs_the_first_updates_gradient_norm(policy, rollout, random_model_dir, monkeypatch):
     """With epochs x mini-batches > 1, grad_norm/actor is the norm of the first update (taken at the sampling policy
     over fresh samples), not the mean over the step's updates, which later epochs would pull down."""
-    from batchscale import update
+    from batchscale.train import update_schedule
 
     batch, rewards = rollout
     adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
     cfg = load_config(None, [f"model.name='{random_model_dir}'", "batch.prompts_per_step=3", "batch.samples_per_prompt=4",
                              "batch.micro_batch_size=2", "batch.reference_samples_per_step=12", "algorithm.name='ppo'",
+                             "optim.lr=1e-3",
                              "algorithm.ppo_epochs=2", "algorithm.ppo_mini_batches=3"])
     plan = derive_plan(cfg)
     norms = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
-    real_step = update.clip_and_step
-    monkeypatch.setattr(update, "clip_and_step", lambda model, opt, limit: (real_step(model, opt, limit), next(norms))[1])
-    model = copy.deepcopy(policy.model)
-    stats = update.update_policy(model, build_optimizer(model.parameters(), cfg.optim, 1e-3), batch, adv, plan,
-                                 cfg.algorithm, cfg.optim.max_grad_norm)
+    real_step = update_schedule.clip_and_step
+    monkeypatch.setattr(update_schedule, "clip_and_step",
+                        lambda model, opt, limit: (real_step(model, opt, limit), next(norms))[1])
+    stats = build_actor(copy.deepcopy(policy.model), cfg, plan).update(batch, adv)
     assert plan.updates_per_step == 6 and stats["grad_norm/actor"] == 3.0

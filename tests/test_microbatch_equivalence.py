@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import collate, iter_micro_batches
 from batchscale.config import OptimConfig
 from batchscale.policy.load import load_policy
-from batchscale.optimization import build_optimizer, clip_and_step
-from batchscale.update import accumulate_policy_gradient
+from batchscale.policy.sequences import collate
+from batchscale.train.actor import accumulate_policy_gradient
+from batchscale.train.micro_batches import iter_micro_batches
+from batchscale.train.optimizer import build_optimizer
+from batchscale.train.update_schedule import clip_and_step
 
 
 def rollout_batch(tokenizer, n_prompts=3, group=4, seed=0):

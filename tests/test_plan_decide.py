@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from batchscale.errors import UserError
-from batchscale.plan.decide import ConfigMeasurement, compute_plan
+from batchscale.plan.decide import compute_plan
 from batchscale.plan.explain import classify_regime, explain_decision
+from batchscale.plan.rows import ConfigMeasurement
 
 REF_SAMPLES, REF_Q = 100_000.0, 10.0  # reference N* (samples) and q (samples/s): T_ref = 10,000 s
 

@@ -10,9 +10,9 @@ import pytest
 
 from batchscale.cli import main
 from batchscale.errors import UserError
-from batchscale.plan.decide import ConfigMeasurement
 from batchscale.plan.make import make_plan
 from batchscale.plan.memory import MemoryLimit, apply_memory_limit, compute_memory_limit, describe_waves
+from batchscale.plan.rows import ConfigMeasurement
 from tests.test_plan_cli import make_sweep
 
 
@@ -48,7 +48,7 @@ def test_gpus_and_tensor_parallel_divide_the_model_and_a_colocated_trainer_takes
     tp2 = compute_memory_limit("Qwen2.5-7B", "H100-SXM", 4096, gpus=8, tensor_parallel=2)
     assert tp2.replicas == 4 and tp2.kv_max_batch > 2 * one.kv_max_batch  # the weights are held once per 2 GPUs
     colocated = compute_memory_limit("Qwen2.5-7B", "H100-SXM", 4096, gpus=8, tensor_parallel=2, colocated=True)
-    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.model_shapes import get_model_shape
     from batchscale.systems.roofline import count_kv_bytes_per_sequence
 
     shape = get_model_shape("Qwen2.5-7B")
@@ -81,7 +81,7 @@ def test_knee_is_reachable_and_tentative_when_extrapolated():
 
 def test_memory_limit_is_the_rooflines_kv_capacity():
     from batchscale.systems.hardware import get_hardware
-    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.model_shapes import get_model_shape
     from batchscale.systems.roofline import compute_kv_max_batch
 
     limit = compute_memory_limit("Qwen2.5-7B", "H100-SXM", 8192)

@@ -10,9 +10,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from batchscale.plan.decide import ConfigMeasurement, compute_plan
+from batchscale.plan.decide import compute_plan
 from batchscale.plan.explain import explain_decision
 from batchscale.plan.resolve import compare_log_time
+from batchscale.plan.rows import ConfigMeasurement
 
 
 def seeded(label: str, n_star_per_seed, q: float, p: int, step_sd: float = 0.02, steps: int = 50) -> ConfigMeasurement:

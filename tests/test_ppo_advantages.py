@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscale.algorithms.registry import get_algorithm
 from batchscale.algorithms.advantages import (AdvantageInputs, gae, gae_returns, outcome_token_rewards, ppo_advantages,
                                               whiten)
 from batchscale.algorithms.losses import clipped_value_loss
-from batchscale.critic import explained_variance
+from batchscale.algorithms.registry import get_algorithm
 from batchscale.errors import UserError
+from batchscale.train.critic import explained_variance
 
 # two responses of different lengths at different offsets: row 0 answers at positions 1-3, row 1 at positions 2-4
 MASK = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=torch.float32)

@@ -13,9 +13,9 @@ from rollout_fixtures import policy, rollout  # noqa: F401  (fixtures: 3 prompts
 
 from batchscale.algorithms.advantages import AdvantageInputs, gae_returns, ppo_advantages
 from batchscale.config import derive_plan, load_config
-from batchscale.critic import Critic, accumulate_value_gradient, build_value_model
-from batchscale.optimization import build_optimizer
-from batchscale.update import accumulate_policy_gradient, update_policy
+from batchscale.train.actor import Actor, accumulate_policy_gradient
+from batchscale.train.critic import Critic, accumulate_value_gradient, build_value_model
+from batchscale.train.optimizer import build_optimizer
 
 LR = 1e-3
 
@@ -99,10 +99,10 @@ def full_update(policy, critic_model, rollout, random_model_dir, micro, epochs, 
     batch, rewards = rollout
     actor, value_model = copy.deepcopy(policy.model), copy.deepcopy(critic_model)
     critic = Critic(value_model, build_optimizer(value_model.parameters(), cfg.optim, plan.critic.lr), plan,
-                    cfg.critic.value_clip, cfg.critic.max_grad_norm, "token-mean")
+                    cfg.critic.value_clip, cfg.critic.max_grad_norm, cfg.algorithm.loss_aggregation)
     inputs = AdvantageInputs(rewards, batch.response_mask, 4, values=critic.values(batch), gamma=0.9, gae_lambda=0.8)
-    actor_stats = update_policy(actor, build_optimizer(actor.parameters(), cfg.optim, LR), batch, ppo_advantages(inputs),
-                                plan, cfg.algorithm, cfg.optim.max_grad_norm)
+    actor_stats = Actor(actor, build_optimizer(actor.parameters(), cfg.optim, LR), plan, cfg.algorithm.clip_eps,
+                        cfg.optim.max_grad_norm, cfg.algorithm.loss_aggregation).update(batch, ppo_advantages(inputs))
     critic_stats = critic.update(batch, inputs.values, gae_returns(inputs))
     return list(actor.parameters()), list(value_model.parameters()), {**actor_stats, **critic_stats}
 

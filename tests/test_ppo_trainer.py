@@ -11,7 +11,7 @@ from example_checks import assert_example_learns
 
 from batchscale.config import derive_plan, load_config
 from batchscale.errors import UserError
-from batchscale.trainer import train
+from batchscale.train.loop import train
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "ppo-tiny.toml"
 

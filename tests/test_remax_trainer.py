@@ -10,7 +10,7 @@ import pytest
 from example_checks import assert_example_learns
 
 from batchscale.config import load_config
-from batchscale.trainer import train
+from batchscale.train.loop import train
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "remax-tiny.toml"
 

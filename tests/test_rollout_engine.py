@@ -1,8 +1,8 @@
 """The continuous-batching engine against the references it must agree with.
 
 - Greedy output equals Hugging Face `generate` on the same prompts (built-in tiny model and a random-init model).
-- Reported log-probs equal a training forward (`batching.token_logprobs`) over the same tokens within 1e-4 (float32;
-  the observed gap is ~3e-6, from different matmul shapes and the KV cache vs a full-sequence pass).
+- Reported log-probs equal a training forward (`policy.forward.token_logprobs`) over the same tokens within 1e-4
+  (float32; the observed gap is ~3e-6, from different matmul shapes and the KV cache vs a full-sequence pass).
 - While the queue is non-empty, every decode step runs exactly `max_concurrency` sequences.
 - Sampling is reproducible under a seed and does not depend on `max_concurrency` (one uniform per sample and position).
 """
@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscale.batching import collate, token_logprobs
 from batchscale.config import ModelConfig, TaskConfig
 from batchscale.errors import UserError
+from batchscale.policy.forward import token_logprobs
 from batchscale.policy.load import load_policy
+from batchscale.policy.sequences import collate
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
 from batchscale.rollout.engine import ContinuousBatchingEngine

@@ -154,7 +154,7 @@ def test_onednn_packed_linear_equals_linear(rows, with_bias):
 ])
 def test_compute_dtype_resolution(monkeypatch, setting, model, native_bf16, expected):
     monkeypatch.setattr(packing, "native_bf16_cpu", lambda: native_bf16)
-    assert packing.resolve_compute_dtype(setting, model, torch.device("cpu")) == expected
+    assert packing.resolve_generation_dtype(setting, model, torch.device("cpu")) == expected
 
 
 @needs_kernel

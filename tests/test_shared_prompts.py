@@ -8,10 +8,11 @@ import copy
 import pytest
 import torch
 
-from batchscale import batching, shared_prompts
-from batchscale.batching import collate, token_logprobs
 from batchscale.config import ModelConfig, TaskConfig
+from batchscale.policy import forward, shared_prompts
+from batchscale.policy.forward import token_logprobs
 from batchscale.policy.load import load_policy
+from batchscale.policy.sequences import collate
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def plain_hidden_states(body, batch, positions):
 def logprobs_and_grads(model, batch, share: bool, monkeypatch):
     model = copy.deepcopy(model)
     if not share:
-        monkeypatch.setattr(batching, "response_hidden_states", plain_hidden_states)
+        monkeypatch.setattr(forward, "response_hidden_states", plain_hidden_states)
     logp = token_logprobs(model, batch)
     monkeypatch.undo()
     (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()

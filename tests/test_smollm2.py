@@ -15,7 +15,7 @@ pytestmark = [
 
 def test_smollm2_loads_offline_and_trains_one_step(tmp_path):
     from batchscale.config import load_config
-    from batchscale.trainer import train
+    from batchscale.train.loop import train
 
     cfg = load_config(None, [
         "model.name=smollm2-135m", "model.chat_template=true", "task.digits=1", "task.reward=last_integer_match",

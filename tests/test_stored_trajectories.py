@@ -27,7 +27,7 @@ from test_trainer import read_records, small_config
 
 from batchscale.config import resolved_config
 from batchscale.cpu import cpu_model, kernel_flags
-from batchscale.trainer import train  # moves to batchscale.train.loop in issue 24
+from batchscale.train.loop import train  # batchscale.trainer.train when these were recorded (5e4ace0)
 
 STORED = Path(__file__).parent / "trajectories"
 RECORDING = "BATCHSCALE_RECORD_TRAJECTORIES"  # set only by `--record` below: it overwrites the references

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from batchscale.errors import UserError
-from batchscale.sweep.spec import load_sweep
+from batchscale.sweep.spec import load_sweep_spec
 
 TIMING_KEYS = {"wall_s", "time/generate", "time/train", "time/step", "time/eval"}
 
@@ -55,7 +55,7 @@ seeds = [0, 1]
 "batch.prompts_per_step" = 4
 "optim.lr_rule" = "none"
 """)
-    points = load_sweep(path)
+    points = load_sweep_spec(path)
     assert [p.name for p in points] == [
         "grpo-P2-G2-sqrt__s0", "grpo-P2-G2-sqrt__s1", "grpo-P4-G2-sqrt__s0", "grpo-P4-G2-sqrt__s1",
         "grpo-P4-G2-none__s0", "grpo-P4-G2-none__s1"]
@@ -65,16 +65,16 @@ seeds = [0, 1]
 def test_a_bad_point_is_named_before_anything_runs(tmp_path, random_model_dir):
     path = write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 3]\n"batch.micro_batch_size" = [4]\n')
     with pytest.raises(UserError) as info:
-        load_sweep(path)
+        load_sweep_spec(path)
     assert "batch.prompts_per_step=3" in info.value.field and "micro_batch_size" in info.value.field
     assert not (tmp_path / "runs").exists()
 
 
 def test_duplicate_points_and_unknown_keys_are_errors(tmp_path, random_model_dir):
     with pytest.raises(UserError, match="same run"):
-        load_sweep(write_sweep(tmp_path, random_model_dir, '[grid]\n"optim.lr" = [1e-4, 2e-4]\n'))
+        load_sweep_spec(write_sweep(tmp_path, random_model_dir, '[grid]\n"optim.lr" = [1e-4, 2e-4]\n'))
     with pytest.raises(UserError, match="unknown key"):
-        load_sweep(write_sweep(tmp_path, random_model_dir, 'sets = 1\n'))
+        load_sweep_spec(write_sweep(tmp_path, random_model_dir, 'sets = 1\n'))
 
 
 def sweep_cli(*args):
@@ -112,7 +112,7 @@ def test_killed_sweep_resumes_with_every_record_exactly_once(tmp_path, random_mo
 
 def direct_run(point, tmp_path) -> list[dict]:
     from batchscale.config import validate_config
-    from batchscale.trainer import train
+    from batchscale.train.loop import train
 
     data = point.config_data
     data["run"]["threads"] = 1
@@ -123,7 +123,7 @@ def direct_run(point, tmp_path) -> list[dict]:
 def test_local_executor_in_parallel_gives_the_records_of_a_direct_run(tmp_path, random_model_dir):
     from batchscale.sweep.driver import run_sweep
 
-    points = load_sweep(write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 4]\n'))
+    points = load_sweep_spec(write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 4]\n'))
     run_sweep(points, tmp_path / "sweep", executor="local", workers=2, threads=1)
     for point in points:
         assert records(tmp_path / "sweep" / "runs" / point.name) == direct_run(point, tmp_path)
@@ -135,7 +135,7 @@ def test_ray_executor_runs_a_two_point_sweep_like_the_local_one(tmp_path, random
 
     from batchscale.sweep.driver import run_sweep
 
-    points = load_sweep(write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 4]\n'))
+    points = load_sweep_spec(write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 4]\n'))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         result = run_sweep(points, tmp_path / "sweep", executor="ray", threads=1)

@@ -6,7 +6,7 @@ import pytest
 
 from batchscale.errors import UserError
 from batchscale.systems import hardware
-from batchscale.systems.models import MODEL_PRESETS, TINY_SHAPE, get_model_shape, load_config_json
+from batchscale.systems.model_shapes import MODEL_PRESETS, TINY_SHAPE, get_model_shape, load_config_json
 
 
 def test_gpu_presets_and_ridge():

@@ -3,7 +3,7 @@
 import pytest
 
 from batchscale.systems.hardware import GPU_PRESETS, Hardware
-from batchscale.systems.models import MODEL_PRESETS, ModelShape
+from batchscale.systems.model_shapes import MODEL_PRESETS, ModelShape
 from batchscale.systems.roofline import (
     bound_latency,
     build_roofline,

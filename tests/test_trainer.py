@@ -9,7 +9,7 @@ from example_checks import assert_example_learns
 
 from batchscale.cli import main
 from batchscale.config import load_config
-from batchscale.trainer import train
+from batchscale.train.loop import train
 
 TIMING_KEYS = {"wall_s", "time/generate", "time/train", "time/step", "time/eval"}
 

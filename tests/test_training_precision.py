@@ -1,5 +1,5 @@
-"""bf16 autocast training (`precision`, `optim.compute_dtype`): chosen by the hardware unless overridden, float32 master
-weights, gradients and Adam state, and an update that stays within bf16 tolerance of the float32 one.
+"""bf16 autocast training (`train.precision`, `optim.compute_dtype`): chosen by the hardware unless overridden, float32
+master weights, gradients and Adam state, and an update that stays within bf16 tolerance of the float32 one.
 
 Tiny shapes only: on a CPU without native bf16 torch emulates the bf16 matmuls."""
 
@@ -13,16 +13,17 @@ import torch
 
 from rollout_fixtures import grouped_rollout, policy  # noqa: F401  (policy: a fixture)
 
+from batchscale import device
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.batching import token_logprobs
 from batchscale.config import OptimConfig, load_config
-from batchscale.critic import accumulate_value_gradient, build_value_model
 from batchscale.errors import UserError
-from batchscale.optimization import build_optimizer, clip_and_step
-from batchscale import precision
-from batchscale.precision import autocast, resolve_compute_dtype
-from batchscale.trainer import train
-from batchscale.update import accumulate_policy_gradient
+from batchscale.policy.forward import token_logprobs
+from batchscale.train.actor import accumulate_policy_gradient
+from batchscale.train.critic import accumulate_value_gradient, build_value_model
+from batchscale.train.loop import train
+from batchscale.train.optimizer import build_optimizer
+from batchscale.train.precision import autocast, resolve_training_dtype
+from batchscale.train.update_schedule import clip_and_step
 
 BF16, F32 = torch.bfloat16, torch.float32
 LR = 1e-3
@@ -41,11 +42,11 @@ def rollout(policy):
 
 @pytest.mark.parametrize("native, expected", [(True, BF16), (False, F32)])
 def test_auto_follows_the_cpu_and_explicit_values_override_it(monkeypatch, native, expected):
-    monkeypatch.setattr(precision, "native_bf16_cpu", lambda: native)
-    assert resolve_compute_dtype("auto", F32, "cpu") == expected
-    assert resolve_compute_dtype("float32", F32, "cpu") == F32
-    assert resolve_compute_dtype("bfloat16", F32, "cpu") == BF16
-    assert resolve_compute_dtype("auto", BF16, "cpu") == BF16  # bf16 weights: no float32 master copy to autocast from
+    monkeypatch.setattr(device, "native_bf16_cpu", lambda: native)
+    assert resolve_training_dtype("auto", F32, "cpu") == expected
+    assert resolve_training_dtype("float32", F32, "cpu") == F32
+    assert resolve_training_dtype("bfloat16", F32, "cpu") == BF16
+    assert resolve_training_dtype("auto", BF16, "cpu") == BF16  # bf16 weights: no float32 master copy to autocast from
 
 
 def test_config_accepts_the_three_values_and_rejects_float32_arithmetic_on_bf16_weights():
@@ -122,7 +123,7 @@ def test_trainer_records_the_arithmetic_it_trained_in(random_model_dir, tmp_path
         "run.eval_every_samples=4", "task.eval_size=4", "sampling.max_new_tokens=3", "run.threads=1",
         f"optim.compute_dtype='{compute_dtype}'"])
     summary = train(cfg, tmp_path / "run", log=lambda s: None)
-    expected = "bfloat16" if compute_dtype == "bfloat16" or precision.native_bf16_cpu() else "float32"
+    expected = "bfloat16" if compute_dtype == "bfloat16" or device.native_bf16_cpu() else "float32"
     assert summary["machine"]["train_compute_dtype"] == expected
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["machine"]["train_compute_dtype"] == expected
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -107,7 +107,7 @@ def train(
 ):
     """Train one configuration to its sample budget and write its run directory."""
     from batchscale.config import load_config
-    from batchscale.progress import train_with_progress
+    from batchscale.train.progress import train_with_progress
 
     cfg = load_config(config, set_)
     summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: swapped at the end
@@ -150,9 +150,9 @@ def sweep(
 ):
     """Run every point of a sweep as an ordinary run under DIR/runs/; rerunning resumes."""
     from batchscale.sweep.driver import run_sweep
-    from batchscale.sweep.spec import load_sweep
+    from batchscale.sweep.spec import load_sweep_spec
 
-    points = load_sweep(sweep_file, set_)
+    points = load_sweep_spec(sweep_file, set_)
     result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address)
     if json_out:
         print_json(result)

@@ -122,7 +122,8 @@ class RolloutConfig(Section):
     # it), a float32 model in bf16 on a bf16 GPU, else in the model's dtype; "model" always uses the model's dtype;
     # "float32" always upcasts
     compute_dtype: Literal["auto", "model", "float32"] = "auto"
-    # "sync": generate, then train; "async": a generator process decodes while the trainer updates (async_trainer.py)
+    # "sync": generate, then train; "async": a generator process decodes while the trainer updates
+    # (train/async_rollouts.py)
     mode: Literal["sync", "async"] = "sync"
     generation_batch: int | None = Field(None, ge=1)  # async: responses in flight (B_gen); None: P*G
     max_staleness: int = Field(1, ge=0)  # async: k, policy versions a sample may lag the update that consumes it

@@ -13,13 +13,12 @@ with the ordinary commands (`batchscale sweep`, `analyze`, `profile`, `plan`, `r
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscale.progress import console
 from batchscale.files import write_json_atomic
+from batchscale.train.progress import console
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def run_demo(out: Path, quick: bool = False) -> dict:
     from batchscale.report.build import build_report
     from batchscale.rundir import GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE, write_document
     from batchscale.sweep.driver import run_sweep
-    from batchscale.sweep.spec import load_sweep
+    from batchscale.sweep.spec import load_sweep_spec
     from batchscale.systems.profile_generation import profile_generation
     from batchscale.systems.profile_training import profile_training
 
@@ -91,7 +90,7 @@ def run_demo(out: Path, quick: bool = False) -> dict:
     mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
     sweep_file = out / "sweep.toml"
     sweep_file.write_text(sweep_toml(scale))
-    run_sweep(load_sweep(sweep_file), out)
+    run_sweep(load_sweep_spec(sweep_file), out)
     done(mark)
 
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
@@ -131,7 +130,3 @@ def summarize_demo(result: dict) -> str:
                  + f", total {sum(result['seconds'].values()):.0f} s")
     lines.append(f"report: {result['report']}")
     return "\n".join(lines)
-
-
-def load_result(out: Path) -> dict:
-    return json.loads((out / "demo.json").read_text())

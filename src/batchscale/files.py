@@ -10,8 +10,8 @@ hands in ends in a traceback.
 - `staged_directory`: build a directory beside its destination and swap it in whole. An earlier directory at the
   destination is replaced only once the new one is complete, and it is put back if anything fails.
 - `removing_new_entries`: a block whose failure removes every file it added to a directory.
-- `exclusive_lock`, `build_once`: a cached build (the tiny model, a converted checkpoint) made once by one process
-  while concurrent first uses wait, and renamed into place only when complete.
+- `cache_root`, `exclusive_lock`, `build_once`: a cached build (the tiny model, a converted checkpoint) made once by one
+  process while concurrent first uses wait, and renamed into place only when complete.
 """
 
 from __future__ import annotations
@@ -171,6 +171,11 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cache_root() -> Path:
+    """Where cached builds live: $BATCHSCALE_CACHE, else ~/.cache/batchscale."""
+    return Path(os.environ.get("BATCHSCALE_CACHE", Path.home() / ".cache" / "batchscale"))
 
 
 def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str], None], what: str) -> Path:

@@ -16,8 +16,8 @@ statistics.
   over all response tokens of the rollout batch (mean 0, std 1) before the policy loss, always over the whole batch so
   that micro- and mini-batching never change them.
 
-Per-token tensors follow `batching`: (N, T) with T = L - 1, position t the state before response token t + 1, and each
-row's response positions contiguous.
+Per-token tensors follow `policy.sequences`: (N, T) with T = L - 1, position t the state before response token t + 1,
+and each row's response positions contiguous.
 """
 
 from __future__ import annotations

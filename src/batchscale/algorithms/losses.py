@@ -16,6 +16,11 @@ from __future__ import annotations
 import torch
 
 
+def loss_normalizer(response_mask: torch.Tensor, aggregation: str) -> float:
+    """Batch-wide denominator: total response tokens (token-mean) or number of responses (sequence-mean)."""
+    return float(response_mask.sum()) if aggregation == "token-mean" else float(response_mask.shape[0])
+
+
 def token_weights(response_mask: torch.Tensor, aggregation: str, normalizer: float) -> torch.Tensor:
     """(N, T) weights that turn a per-token loss into this micro-batch's share of the batch loss."""
     mask = response_mask.float()

@@ -35,7 +35,7 @@ def truncated_is_weights(
 
 @dataclass
 class OffPolicy:
-    """What the update needs to correct an asynchronous batch, laid out like `batching` targets: (N, L - 1)."""
+    """What the update needs to correct an asynchronous batch, laid out like `policy.sequences` targets: (N, L - 1)."""
 
     behaviour_logp: torch.Tensor  # (N, L-1) log-prob each response token was sampled with; 0 elsewhere
     on_policy: torch.Tensor  # (N, L-1) bool: the token's version is the version being updated (True off-response)
@@ -51,7 +51,8 @@ class OffPolicy:
 def off_policy_targets(prompt_ids: list[list[int]], behaviour_logp: list[list[float]], versions: list[list[int]],
                        current_version: int, width: int, cap: float, device="cpu") -> OffPolicy:
     """Place each response's per-token behaviour log-probs and versions at its target positions (N, width): response
-    token j of a sample whose prompt has p tokens is the target of position p - 1 + j (batching.collate's layout)."""
+    token j of a sample whose prompt has p tokens is the target of position p - 1 + j (policy.sequences.collate's
+    layout)."""
     logp = torch.zeros(len(prompt_ids), width)  # (N, L-1)
     on_policy = torch.ones(len(prompt_ids), width, dtype=torch.bool)  # (N, L-1)
     for row, (prompt, row_logp, row_versions) in enumerate(zip(prompt_ids, behaviour_logp, versions, strict=True)):

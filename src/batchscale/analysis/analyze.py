@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
-from batchscale.analysis.runs import Run, load_runs
+from batchscale.analysis.runs import LoadedRun, load_runs
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
 
@@ -76,7 +76,7 @@ TRAIN_REWARD_NOTE = ("scores are the training reward reward/mean (--score train-
                      "prompts, not a held-out eval")
 
 
-def warn_about_scores(by_label: dict[str, list[Run]], score: str) -> None:
+def warn_about_scores(by_label: dict[str, list[LoadedRun]], score: str) -> None:
     """Say when the curve is the training reward, and when a run's log starts late (resumed): its target baseline is
     then its first logged eval, not step 0."""
     if score == "train-reward":
@@ -116,7 +116,7 @@ def is_default_lr_rule(lr_rule) -> bool:
     return normalize_lr_rule(lr_rule) == LR_RULE_EXPONENTS[DEFAULT_LR_RULE]
 
 
-def choose_reference(by_label: dict[str, list[Run]]) -> str:
+def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
     """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it), a synchronous one
     before an asynchronous one of the same batch."""
     candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].descriptor.lr_rule)]
@@ -241,7 +241,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     return result, details
 
 
-def warn_censoring(by_label: dict[str, list[Run]], per_label: dict, reference: str, target: float | None) -> None:
+def warn_censoring(by_label: dict[str, list[LoadedRun]], per_label: dict, reference: str, target: float | None) -> None:
     """A DataWarning per label with censored seeds; a partly censored reference makes every rN a bound."""
     if target is None:
         return
@@ -257,7 +257,7 @@ def warn_censoring(by_label: dict[str, list[Run]], per_label: dict, reference: s
                       "too (an upper bound for every label that reached the target in all seeds)", DataWarning)
 
 
-def measure_label(label: str, runs: list[Run], seed_curves: list, target: float | None) -> dict:
+def measure_label(label: str, runs: list[LoadedRun], seed_curves: list, target: float | None) -> dict:
     """N* per seed and its summary over seeds (intervals.py), the mean updates-to-target and the mean realized
     time-to-target over reached seeds; warns when a crossing was read from evals farther apart than 25% of N*."""
     if target is None:  # no learning signal and no target: nothing to measure
@@ -278,7 +278,8 @@ def measure_label(label: str, runs: list[Run], seed_curves: list, target: float 
     }
 
 
-def warn_wide_brackets(label: str, runs: list[Run], seed_curves: list, n_star_per_seed: list, target: float) -> None:
+def warn_wide_brackets(label: str, runs: list[LoadedRun], seed_curves: list, n_star_per_seed: list,
+                       target: float) -> None:
     """One DataWarning per label whose crossing lies in an eval interval wider than 25% of that seed's N*."""
     wide = []
     for run, (samples, scores), n_star in zip(runs, seed_curves, n_star_per_seed):
@@ -296,7 +297,7 @@ def mean_of_present(values: list[float | None]) -> float | None:
     return float(np.mean(present)) if present else None
 
 
-def measure_grad_noise(by_label: dict[str, list[Run]], family: list[str], configs: dict, details: dict) -> dict:
+def measure_grad_noise(by_label: dict[str, list[LoadedRun]], family: list[str], configs: dict, details: dict) -> dict:
     """Grad-norm proxy per label (into configs/details) and slope + B_simple over the reference's LR-rule family."""
     # Average every label over the same sample window: up to the smallest final sample count among the family.
     final_samples = [max((r.steps[-1]["samples"] for r in by_label[label] if r.steps), default=math.inf) for label in family]

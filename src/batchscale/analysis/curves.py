@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchscale.rundir import Run, primary_eval_score
+from batchscale.rundir import LoadedRun, primary_eval_score
 
 
 SCORES = ("eval", "train-reward")
 TRAIN_REWARD_KEY = "reward/mean"
 
 
-def extract_eval_curve(run: Run, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
+def extract_eval_curve(run: LoadedRun, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
     """(samples, scores) of one run's scored eval records (or, with score "train-reward", of its step records'
     training reward), sorted by samples, optionally smoothed."""
     if score == "train-reward":
@@ -43,7 +43,7 @@ def extract_eval_curve(run: Run, smooth_window: int = 1, score: str = "eval") ->
     return samples, smooth_scores(scores, smooth_window)
 
 
-def extract_step_curve(run: Run, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
+def extract_step_curve(run: LoadedRun, smooth_window: int = 1, score: str = "eval") -> tuple[np.ndarray, np.ndarray]:
     """(optimizer updates, scores): the same evals indexed by updates, N / samples_per_step * updates_per_step."""
     samples, scores = extract_eval_curve(run, smooth_window, score)
     return samples / run.samples_per_step * run.descriptor.updates_per_step, scores

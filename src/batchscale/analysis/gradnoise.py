@@ -25,12 +25,12 @@ import math
 
 import numpy as np
 
-from batchscale.analysis.runs import Run
+from batchscale.analysis.runs import LoadedRun
 
 GRAD_NORM_KEYS = {"actor": "grad_norm/actor", "critic": "grad_norm/critic"}
 
 
-def measure_grad_norm(runs: list[Run], key: str, max_samples: float | None = None) -> dict | None:
+def measure_grad_norm(runs: list[LoadedRun], key: str, max_samples: float | None = None) -> dict | None:
     """{norm, squared_norm}: seed means of the per-run mean |g| and mean |g|^2 over step records; None if never logged."""
     norms, squared_norms = [], []
     for run in runs:

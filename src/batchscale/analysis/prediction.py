@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 
-from batchscale.rundir import Run
+from batchscale.rundir import LoadedRun
 from batchscale.telemetry.gradnoise import pool_noise_scales, predict_samples_penalty
 
 
-def predict_label_penalties(by_label: dict[str, list[Run]], reference: str, configs: dict) -> dict | None:
+def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str, configs: dict) -> dict | None:
     """Set configs[label]["r_n_predicted"] for every label; returns analysis.json's `prediction` (None, and every
     r_n_predicted None, when the reference's runs log no B_noise)."""
     b_noise = pool_noise_scales([run.steps for run in by_label[reference]])
@@ -101,7 +101,7 @@ def describe_noise_scale(b_noise: dict) -> str:
             f"to {format_samples(b_noise['high'])})")
 
 
-def _compute_s(run: Run) -> float:
+def _compute_s(run: LoadedRun) -> float:
     return sum(r["time/step"] for r in run.steps
                if isinstance(r.get("time/step"), (int, float)) and math.isfinite(r["time/step"]))
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from batchscale.analysis.curves import TRAIN_REWARD_KEY
 from batchscale.errors import DataWarning, UserError
-from batchscale.rundir import Run, RunDescriptor, find_run_dirs, primary_eval_score, read_run
+from batchscale.rundir import LoadedRun, RunDescriptor, find_run_dirs, primary_eval_score, read_run
 from batchscale.rundir.run import read_descriptor
 
-__all__ = ["Run", "check_mixed_runs", "check_one_task_and_model", "load_runs"]
+__all__ = ["LoadedRun", "check_mixed_runs", "check_one_task_and_model", "load_runs"]
 
 NAMES_SHOWN = 3  # run directories named per (task, model) group in the message
 
@@ -51,11 +51,11 @@ def check_mixed_runs(path: Path, allow_mixed: bool = False) -> None:
     check_one_task_and_model([(run_dir, read_descriptor(run_dir)) for run_dir in find_run_dirs(path)], allow_mixed)
 
 
-def load_runs(path: Path, allow_mixed: bool = False, score: str = "eval") -> dict[str, list[Run]]:
+def load_runs(path: Path, allow_mixed: bool = False, score: str = "eval") -> dict[str, list[LoadedRun]]:
     """All runs under `path` with at least one scored eval (with score "train-reward": a step with reward/mean),
     grouped by label, seeds sorted. Raises if none remain, and (unless allow_mixed) if they are runs of different
     tasks or models."""
-    by_label: dict[str, list[Run]] = {}
+    by_label: dict[str, list[LoadedRun]] = {}
     runs = [read_run(run_dir) for run_dir in find_run_dirs(path)]
     check_one_task_and_model([(run.path, run.descriptor) for run in runs], allow_mixed)
     for run in runs:

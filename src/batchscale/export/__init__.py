@@ -5,7 +5,7 @@
     openrlhf          openrlhf.render_openrlhf_script           tensorboard (hierarchical CLI, current OpenRLHF)
     openrlhf-legacy   openrlhf.render_openrlhf_script           tensorboard (flat CLI, earlier OpenRLHF)
 
-Pipeline: check FORMAT and --out -> expand and validate the sweep (sweep.spec.load_sweep) -> derive each point's
+Pipeline: check FORMAT and --out -> expand and validate the sweep (sweep.spec.load_sweep_spec) -> derive each point's
 settings from its batch plan (settings.py) -> check every point fits the engine -> render one script per point,
 README.md and sweep.json -> write the directory atomically (writer.py). Every problem is a UserError raised before
 anything is written.

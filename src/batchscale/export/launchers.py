@@ -49,12 +49,12 @@ def render_point(fmt: str, s: PointSettings, sweep_name: str) -> tuple[str, str,
 
 def export_sweep(fmt: str, sweep_file: Path, out: Path, overrides: list[str] = (), overwrite: bool = False) -> dict:
     """Write DIR/<name>.sh per point, README.md and sweep.json; returns the manifest (sweep.json) plus `out`."""
-    from batchscale.sweep.spec import load_sweep
+    from batchscale.sweep.spec import load_sweep_spec
 
     check_format(fmt)
     out = Path(out)
     check_export_dir(out, overwrite)
-    settings = [derive_settings(p) for p in load_sweep(Path(sweep_file), list(overrides))]
+    settings = [derive_settings(p) for p in load_sweep_spec(Path(sweep_file), list(overrides))]
     check_points(fmt, settings)
     files, points, target = {}, [], ""
     for s in settings:

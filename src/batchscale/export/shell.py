@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from batchscale.export.settings import PointSettings, describe_settings
 
-REQUIRED_VARIABLES = ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES")
 SAFE_DEFAULT = re.compile(r"^[A-Za-z0-9_.,:/@%+=-]*$")  # usable unquoted inside "${VAR:-...}"
 
 

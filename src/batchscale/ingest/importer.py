@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
-from batchscale.ingest.batch import resolve_batch
 from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
 from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records

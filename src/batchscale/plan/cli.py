@@ -1,9 +1,9 @@
 """`batchscale plan`: the decision table, the winner, why it wins, and the regime (the library is `plan.make`).
 
-Two sources: a sweep directory (analysis.json + the runs' logs, see `load_sweep`) or `--table FILE.csv` with numbers
-measured elsewhere (see `load_table`). Prints a table to stdout, or with `--json` only the plan document
-(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files.
-A third, `--predict RUN_DIR`, predicts the table from one run's gradient noise scale before any sweep (`plan.predict`;
+Two sources: a sweep directory (analysis.json + the runs' logs, see `load_sweep_inputs`) or `--table FILE.csv` with
+numbers measured elsewhere (see `load_table`). Prints a table to stdout, or with `--json` only the plan document
+(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files. A
+third, `--predict RUN_DIR`, predicts the table from one run's gradient noise scale before any sweep (`plan.predict`;
 `--json` prints `rundir.PredictionDocument`).
 """
 

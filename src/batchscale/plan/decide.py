@@ -26,81 +26,18 @@ Departures and choices the paper leaves open:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from batchscale.errors import UserError
+from batchscale.plan.resolve import resolve_plan
+from batchscale.plan.rows import ConfigMeasurement, Decision, PlanRow
 
 TIE_RELATIVE_TOLERANCE = 1e-9
 
 
-@dataclass(frozen=True)
-class ConfigMeasurement:
-    """What the plan needs about one configuration: its learning cost and its speed on this machine."""
-
-    label: str
-    samples_to_target: float | None  # N*, samples; None when censored (no seed reached the target)
-    throughput_samples_per_s: float  # q, end-to-end samples/s
-    feasible: bool = True
-    seeds_reached: int | None = None  # None when unknown (e.g. a CSV table)
-    seeds_censored: int = 0
-    prompts_per_step: int | None = None  # P
-    samples_per_prompt: int | None = None  # G
-    samples_per_step: int | None = None  # B_train = P*G
-    log_samples_to_target_mean: float | None = None  # mean of ln N* over reached seeds (None: unknown, or N* = 0)
-    log_samples_to_target_sd: float | None = None  # sd of ln N* over reached seeds (None with one seed)
-    log_throughput_sd: float | None = None  # sd of ln(samples_per_step / time/step) over the steps q came from
-    throughput_steps: int | None = None  # how many steps that is
-    generation_batch: int | None = None  # responses in flight (run.json), for the memory check
-    max_concurrency: int | None = None  # sequences decoding at once (run.json, a table column or --max-concurrency)
-    extra: dict = field(default_factory=dict)  # source-specific numbers passed through to JSON (e.g. phase times)
-
-    @property
-    def censoring(self) -> str:
-        """'reached' (every seed reached the target), 'partly censored' or 'censored' (none did)."""
-        if self.samples_to_target is None or self.seeds_reached == 0:
-            return "censored"
-        return "partly censored" if self.seeds_censored > 0 else "reached"
-
-
-@dataclass(frozen=True)
-class PlanRow:
-    """One configuration's decision numbers, all relative to the reference. Ratios are None when N* is unknown."""
-
-    measurement: ConfigMeasurement
-    r_n: float | None
-    throughput_gain: float
-    time_to_target_s: float | None  # T = N*/q
-    normalized_time_to_target: float | None  # T/T_ref = r_n / throughput_gain
-    score: float | None  # q/r_n relative to the reference: throughput_gain / r_n = T_ref/T
-    eligible: bool  # feasible and every seed reached the target
-
-    @property
-    def label(self) -> str:
-        return self.measurement.label
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The decision table and its winner (None when no row is eligible, or there is nothing to decide on), the
-    runner-up, and whether the winner beats both the runner-up and the reference at the 95% level (resolve.py)."""
-
-    reference: str
-    rows: list[PlanRow]
-    best: str | None
-    runner_up: str | None = None
-    resolved: bool = False
-    why_unresolved: str | None = None
-    no_decision: str | None = None  # why there is nothing to decide on (no learning signal, reference N* = 0)
-
-    def row(self, label: str) -> PlanRow:
-        return next(r for r in self.rows if r.label == label)
-
-
-def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signal: str | None = None) -> Plan:
+def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signal: str | None = None) -> Decision:
     """Compute r_n, throughput gain, T and T/T_ref for every configuration and pick the feasible fastest to target;
     `no_signal` (why there is no learning signal) shows the rows and names no winner."""
-    from batchscale.plan.resolve import resolve_plan
-
     if not measurements:
         raise UserError("table", "has no configurations", "give at least the reference configuration")
     by_label: dict[str, ConfigMeasurement] = {}
@@ -122,7 +59,7 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
         )
     if no_signal is not None:
         rows = [_compute_row(m, replace(ref, samples_to_target=None)) for m in measurements]
-        return Plan(reference=reference, rows=rows, best=None, why_unresolved=no_signal, no_decision=no_signal)
+        return Decision(reference=reference, rows=rows, best=None, why_unresolved=no_signal, no_decision=no_signal)
     if ref.censoring == "censored":
         raise UserError(
             f"reference {reference!r}",
@@ -133,9 +70,9 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
     if ref.samples_to_target == 0:
         why = (f"the reference {reference} meets the target at its first eval (N* = 0), so no rN is defined: "
                "choose a higher --target")
-        return Plan(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
+        return Decision(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
     best = _pick_best(rows)
-    return Plan(reference, rows, best, *resolve_plan(rows, best, reference))
+    return Decision(reference, rows, best, *resolve_plan(rows, best, reference))
 
 
 def _check_positive(m: ConfigMeasurement) -> None:
@@ -187,6 +124,6 @@ def _pick_best(rows: list[PlanRow]) -> str | None:
     return min(tied, key=tie_key)[1].label
 
 
-def rank_rows(plan: Plan) -> list[PlanRow]:
+def rank_rows(plan: Decision) -> list[PlanRow]:
     """Rows with a known T, fastest first (eligible or not); censored rows are left out."""
     return sorted((r for r in plan.rows if r.time_to_target_s is not None), key=lambda r: r.time_to_target_s)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchscale.plan.decide import Plan, PlanRow, rank_rows
+from batchscale.plan.decide import rank_rows
 from batchscale.plan.memory import describe_waves
+from batchscale.plan.rows import Decision, PlanRow
 
 TENTATIVE_RATIO = 1.5
 
@@ -72,7 +73,7 @@ def classify_regime(critical_generation_batch: float | None, critical_training_b
     return Regime(name, sentence, gen, train, tentative=bool(reasons))
 
 
-def explain_decision(plan: Plan) -> str:
+def explain_decision(plan: Decision) -> str:
     """One sentence: why the winner wins, naming its rN, throughput gain and T/T_ref, and why a rival loses."""
     if plan.best is None:
         return _explain_no_winner(plan)
@@ -127,7 +128,7 @@ def _describe_loser(r: PlanRow, w: PlanRow) -> str:
     )
 
 
-def _pick_loser(plan: Plan, w: PlanRow) -> PlanRow | None:
+def _pick_loser(plan: Decision, w: PlanRow) -> PlanRow | None:
     """The next larger eligible batch than the winner's if batch sizes are known, else the eligible runner-up."""
     others = [r for r in plan.rows if r.eligible and r.label != w.label]
     w_batch = w.measurement.samples_per_step
@@ -149,7 +150,7 @@ def _why_ineligible(r: PlanRow) -> str:
     return " and ".join(reasons)
 
 
-def _explain_no_winner(plan: Plan) -> str:
+def _explain_no_winner(plan: Decision) -> str:
     if plan.no_decision:
         return f"No configuration can be recommended: {plan.no_decision}."
     infeasible = [r.label for r in plan.rows if not r.measurement.feasible]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.files import read_text_utf8
-from batchscale.plan.decide import ConfigMeasurement
+from batchscale.plan.rows import ConfigMeasurement
 
 REQUIRED_COLUMNS = ("label", "samples_to_target", "throughput")
 BATCH_COLUMNS = ("prompts_per_step", "samples_per_prompt", "samples_per_step")

@@ -10,11 +10,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.plan.decide import Plan, PlanRow, compute_plan
+from batchscale.plan.decide import compute_plan
 from batchscale.plan.explain import Regime, classify_regime, explain_decision
-from batchscale.plan.load_sweep import THROUGHPUT_METHOD, load_sweep
 from batchscale.plan.load_table import load_table
 from batchscale.plan.memory import MemoryLimit, apply_memory_limit, check_parallelism
+from batchscale.plan.rows import Decision, PlanRow
+from batchscale.plan.sweep_inputs import THROUGHPUT_METHOD, load_sweep_inputs
 from batchscale.rundir import PlanDocument
 
 
@@ -27,7 +28,7 @@ def make_plan(
     critical_training_batch: float | None = None,
     memory: MemoryLimit | None = None,
     max_concurrency: int | None = None,
-) -> tuple[Plan, str, Regime, dict]:
+) -> tuple[Decision, str, Regime, dict]:
     """The decision, its explanation, the regime and where the numbers came from (for `plan_document`); the `plan`
     command and the report both call this, so they cannot disagree. `max_concurrency` (sequences decoding at once)
     replaces what run.json or the table says."""
@@ -39,7 +40,7 @@ def make_plan(
         source = {"source": "table", "table": str(table), "throughput_method": "as given in the table"}
         gen_knee, b_simple, profile, no_signal, score = None, None, None, None, "eval"
     else:
-        sweep = load_sweep(path, reference, generation_profile)
+        sweep = load_sweep_inputs(path, reference, generation_profile)
         measurements, reference = sweep.measurements, sweep.reference
         source = {
             "source": "sweep", "sweep": str(path), "analysis": str(sweep.analysis_path), "target": sweep.target,
@@ -88,7 +89,7 @@ def reachable_knee(knee: float | None, profile, memory: MemoryLimit | None) -> t
     return reachable, "; ".join(reasons) or None
 
 
-def plan_document(decision: Plan, explanation: str, regime: Regime, source: dict) -> PlanDocument:
+def plan_document(decision: Decision, explanation: str, regime: Regime, source: dict) -> PlanDocument:
     """The machine-readable plan; times in seconds, throughput in samples/s."""
     return PlanDocument.model_validate({
         "reference": decision.reference,

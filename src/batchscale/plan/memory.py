@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from batchscale.errors import UserError
-from batchscale.plan.decide import ConfigMeasurement
+from batchscale.plan.rows import ConfigMeasurement
 
 TRAINER_BYTES_PER_PARAM = 16
 
@@ -69,7 +69,7 @@ def check_parallelism(gpus: int, tensor_parallel: int, max_concurrency: int | No
 def compute_memory_limit(model: str, hardware: str, context: int, mem_util: float = 0.9, dtype_bytes: int = 2,
                          gpus: int = 1, tensor_parallel: int = 1, colocated: bool = False) -> MemoryLimit:
     from batchscale.systems.hardware import get_hardware
-    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.model_shapes import get_model_shape
     from batchscale.systems.roofline import count_kv_bytes_per_sequence, validate_roofline_inputs
 
     check_parallelism(gpus, tensor_parallel)

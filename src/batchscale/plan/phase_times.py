@@ -1,8 +1,8 @@
 """Seconds per step at another batch, from one run's measured phase times and a model of how each phase scales.
 
-Each phase of the reference run (median `time/generate`, `time/train` over its steps after the first, as `load_sweep`
-measures throughput) is carried to batch B (samples per step) by a model's ratio t(B) / t(B_ref), so the prediction
-keeps the run's own split between generation and training and its machine's absolute speed:
+Each phase of the reference run (median `time/generate`, `time/train` over its steps after the first, as
+`load_sweep_inputs` measures throughput) is carried to batch B (samples per step) by a model's ratio t(B) / t(B_ref), so
+the prediction keeps the run's own split between generation and training and its machine's absolute speed:
 
 - generation, from a generation profile (`profile generation --json`): a step of B responses decoding c = B at once
   (or `max_concurrency`, when the run capped it, in waves) takes B / rate(c), rate the profile's knee fit

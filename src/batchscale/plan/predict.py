@@ -23,7 +23,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.plan import phase_times
-from batchscale.plan.load_sweep import measure_run_throughput
+from batchscale.plan.sweep_inputs import measure_run_throughput
 from batchscale.rundir import GenerationProfile, PredictionDocument, TrainingProfile, read_document, read_run
 from batchscale.telemetry.gradnoise import predict_samples_penalty, summarize_noise_scale
 
@@ -146,7 +146,7 @@ def _roofline(inputs: RooflineInputs | None):
         return None, None, None
     from batchscale.plan.memory import compute_memory_limit
     from batchscale.systems.hardware import get_hardware
-    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.model_shapes import get_model_shape
 
     limit = compute_memory_limit(inputs.model, inputs.hardware, inputs.context, inputs.mem_util)
     return get_model_shape(inputs.model), get_hardware(inputs.hardware), limit.kv_max_batch

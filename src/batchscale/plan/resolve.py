@@ -2,7 +2,7 @@
 and than the reference, at the 95% level, on log T.
 
 ln T = ln N* - ln q. For the winner w and a rival r, with ln N* averaged over each one's reached seeds (n of them, sd
-s_N) and ln q over the steps its throughput came from (m of them, sd s_q; plan/load_sweep.py):
+s_N) and ln q over the steps its throughput came from (m of them, sd s_q; plan/sweep_inputs.py):
 
     d = (mean ln N*_w - mean ln q_w) - (mean ln N*_r - mean ln q_r)
     se^2 = s_N,w^2 / n_w + s_q,w^2 / m_w + s_N,r^2 / n_r + s_q,r^2 / m_r
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from batchscale.analysis.intervals import ONE_SEED, student_quantile
-from batchscale.plan.decide import ConfigMeasurement, PlanRow
+from batchscale.plan.rows import ConfigMeasurement, PlanRow
 
 CONFIDENCE = 0.95
 

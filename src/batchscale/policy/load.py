@@ -13,37 +13,18 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from batchscale.errors import UserError
+from batchscale.files import build_once, cache_root
+from batchscale.policy.policy import Policy
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
 RANDOM_INIT_SEED = 0
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-@dataclass
-class Policy:
-    model: torch.nn.Module
-    tokenizer: object
-    name: str
-
-    chat_template: bool = False
-
-    def format_prompts(self, prompts: list[str]) -> list[str]:
-        """The text the model sees: the task's prompt, or a user turn in the model's chat format."""
-        if not self.chat_template:
-            return prompts
-        return [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                   add_generation_prompt=True) for p in prompts]
-
-    @property
-    def num_params(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
 
 
 def smollm2_gguf_dir() -> Path:
@@ -56,9 +37,6 @@ def smollm2_gguf_dir() -> Path:
 
 def smollm2_dir(log=print) -> Path:
     """De-quantize the shipped GGUF once into a cached safetensors checkpoint."""
-    from batchscale.files import build_once
-    from batchscale.policy.tiny import cache_root
-
     def convert(staging: Path) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from batchscale.batching import collate, token_logprobs
 from batchscale.errors import UserError
-from batchscale.files import build_once
+from batchscale.files import build_once, cache_root
+from batchscale.policy.forward import token_logprobs
+from batchscale.policy.sequences import collate
 from batchscale.policy.tokenizer import CHARACTERS, SPECIAL_TOKENS, build_char_tokenizer
 from batchscale.tasks.arithmetic import OPS, carry_dropped
 
@@ -52,10 +52,6 @@ WARM_START = dict(
 )
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("BATCHSCALE_CACHE", Path.home() / ".cache" / "batchscale"))
-
-
 def tiny_config(vocab_size: int) -> LlamaConfig:
     return LlamaConfig(vocab_size=vocab_size, pad_token_id=0, bos_token_id=1, eos_token_id=2, **TINY_ARCHITECTURE)
 
@@ -68,7 +64,7 @@ def content_hash(task_fields: dict) -> str:
 
 def greedy_accuracy(model, tokenizer, task, max_new_tokens: int) -> float:
     """Exact greedy accuracy on the task's held-out eval set, decoded as `batchscale train` evaluates it."""
-    from batchscale.policy.load import Policy
+    from batchscale.policy.policy import Policy
     from batchscale.rollout import build_engine
     from batchscale.rollout.base import SamplingParams
 

@@ -25,7 +25,7 @@ class ReportInputs:
     plan: dict  # the plan document (rundir.PlanDocument), as `batchscale plan --json` prints it
     analysis: dict  # analysis.json (rundir.AnalysisDocument)
     analysis_path: Path
-    details: dict  # the analysis's details: curves, per-seed N*, alignment, gradient noise (analysis.compute_analysis)
+    details: dict  # the analysis's details: curves, per-seed N*, alignment, gradient noise (analysis.analyze.compute_analysis)
     generation_profile: GenerationProfile | None
     generation_profile_path: Path | None
     training_profile: TrainingProfile | None

@@ -31,7 +31,7 @@ from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
 from batchscale.rollout import native
-from batchscale.rollout.weights import (LayerWeights, PackedWeights, resolve_compute_dtype, resolve_gemm,
+from batchscale.rollout.weights import (LayerWeights, PackedWeights, resolve_gemm, resolve_generation_dtype,
                                         resolve_kernel)
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
@@ -62,7 +62,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class SlotDecoder:
     """Prefill and decode over cache rows. Tensors are on the model's device; logits come back in float32.
 
-    `compute_dtype` ("auto", "model" or "float32"; see weights.resolve_compute_dtype) is the dtype of the packed
+    `compute_dtype` ("auto", "model" or "float32"; see weights.resolve_generation_dtype) is the dtype of the packed
     weights, the activations and the KV cache."""
 
     def __init__(self, model, compute_dtype: str = "auto"):
@@ -78,7 +78,7 @@ class SlotDecoder:
         self.eps = config.rms_norm_eps
         self.act = F.silu if config.hidden_act == "silu" else ACT2FN[config.hidden_act]
         weight = self.body.embed_tokens.weight
-        self.dtype = resolve_compute_dtype(compute_dtype, weight.dtype, weight.device)
+        self.dtype = resolve_generation_dtype(compute_dtype, weight.dtype, weight.device)
         kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
         self.packed = PackedWeights(self.dtype, rows, kernel,
                                     onednn=resolve_gemm(compute_dtype, self.dtype, weight.device))

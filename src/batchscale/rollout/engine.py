@@ -44,13 +44,14 @@ class ContinuousBatchingEngine(RolloutEngine):
         tok = self.tokenizer
         prompt_ids = [list(ids) for ids in tok(prompts)["input_ids"]] if prompts else []
         self.decoder.sync()
-        run = _Run(self.decoder, prompt_ids, params, tok.eos_token_id, tok.pad_token_id or 0, self.max_concurrency)
+        run = DecodeSchedule(self.decoder, prompt_ids, params, tok.eos_token_id, tok.pad_token_id or 0,
+                             self.max_concurrency)
         response_ids, logprobs, stats = run.finish()
         texts = tok.batch_decode(response_ids, skip_special_tokens=True)
         return Rollouts(prompt_ids, response_ids, texts, stats, logprobs)
 
 
-class _Run:
+class DecodeSchedule:
     """The state of one generate call: the queue, the rows, and each sequence's tokens so far."""
 
     def __init__(self, decoder: SlotDecoder, prompt_ids, params: SamplingParams, eos_id: int, pad_id: int, cap: int):

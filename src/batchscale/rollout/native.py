@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from batchscale.cpu import KERNEL_PATH_FLAGS, has_kernel_path
+from batchscale.files import cache_root
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
@@ -71,8 +72,6 @@ def _build(compiler: str, flags: tuple[str, ...], sources: list[str], target: Pa
 
 @lru_cache(maxsize=None)
 def _library(path: str) -> ctypes.CDLL:
-    from batchscale.policy.tiny import cache_root
-
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         raise RuntimeError(f"the kernels are for x86-64 Linux, not {platform.system()} {platform.machine()}")
     if not has_kernel_path(path):

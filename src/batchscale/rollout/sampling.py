@@ -14,7 +14,7 @@ bf16 logits (the engine's bf16 decode on a CPU with native bf16) with top_p = 1 
 everything else is computed here in torch, in float32.
 
 Reported log-probs are those of the model itself (log_softmax of the raw logits, temperature 1, no nucleus), the
-quantity a training forward pass computes with `batching.token_logprobs`.
+quantity a training forward pass computes with `policy.forward.token_logprobs`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A streaming generate: the engine's continuous-batching run, fed and drained one scheduler iteration at a time.
 
-The asynchronous generator (rollout/async_generator.py) keeps one `StreamingRun` alive for the whole run. Sequences are
-appended to its queue whenever the generator admits new groups (`extend`), each `iterate()` is one iteration of the
-engine's scheduler (admit, compact, decode: engine._Run, unchanged) and returns the sequences that ended in it, and
-between iterations the weights may change (`set_version`, after the decoder re-reads them; the KV cache of the
-sequences in flight is then recomputed under the new weights). Every sampled token keeps the version of the weights
-that produced it and its log-prob under them (the behaviour policy of algorithms.offpolicy).
+The asynchronous generator (train/async_generator.py) keeps one `StreamingSchedule` alive for the whole run. Sequences
+are appended to its queue whenever the generator admits new groups (`extend`), each `iterate()` is one iteration of the
+engine's scheduler (admit, compact, decode: engine.DecodeSchedule, unchanged) and returns the sequences that ended in
+it, and between iterations the weights may change (`set_version`, after the decoder re-reads them; the KV cache of the
+sequences in flight is then recomputed under the new weights). Every sampled token keeps the version of the weights that
+produced it and its log-prob under them (the behaviour policy of algorithms.offpolicy).
 
 Each `extend` draws its uniforms with one torch.rand(n, max_new_tokens), as one synchronous generate call of those n
 prompts does, so a run fed one step's prompts at a time, waiting for them to end, samples exactly what the synchronous
@@ -18,13 +18,13 @@ import torch
 
 from batchscale.rollout.base import SamplingParams
 from batchscale.rollout.decoder import SlotDecoder
-from batchscale.rollout.engine import _Run
+from batchscale.rollout.engine import DecodeSchedule
 
 
-class StreamingRun(_Run):
+class StreamingSchedule(DecodeSchedule):
     def __init__(self, decoder: SlotDecoder, params: SamplingParams, eos_id: int, pad_id: int, cap: int):
         super().__init__(decoder, [], params, eos_id, pad_id, cap)
-        self.cap = cap  # _Run caps at its prompt count; a stream's queue grows
+        self.cap = cap  # DecodeSchedule caps at its prompt count; a stream's queue grows
         self.version = 0
         self.versions: list[list[int]] = []  # per sequence, the weights version of each sampled token
         self.ended: list[int] = []  # sequences that ended in the current iteration
@@ -79,7 +79,8 @@ class StreamingRun(_Run):
 
     @torch.inference_mode()
     def iterate(self) -> list[int]:
-        """One scheduler iteration (engine._Run.finish's loop body). Returns the sequences that ended in it."""
+        """One scheduler iteration (engine.DecodeSchedule.finish's loop body). Returns the sequences that ended in
+        it."""
         self.ended = []
         generated = self.admit()
         self.compact()

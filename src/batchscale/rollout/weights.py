@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from batchscale.cpu import native_bf16_cpu
-from batchscale.precision import native_bf16
+from batchscale.device import native_bf16
 from batchscale.rollout import native
 from batchscale.rollout.native import bf16_linear, bf16_linear_kernel, bf16_linear_native
 
@@ -118,7 +118,7 @@ def resolve_gemm(setting: str, compute_dtype: torch.dtype, device: torch.device)
             and onednn_packing_available())
 
 
-def resolve_compute_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+def resolve_generation_dtype(setting: str, model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype decode runs in: "model" keeps the model's, "float32" forces it, "auto" upcasts a half-precision
     model on a CPU that would emulate it, and decodes a float32 model in bf16 on a GPU with bf16 tensor cores (what
     vLLM and every GPU RL stack do: decode reads the weights once per step, so 2-byte weights halve its cost)."""

@@ -16,14 +16,14 @@ A new format, or a new key in one, is added here and nowhere else.
 from batchscale.rundir.documents import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE,
                                          AnalysisDocument, GenerationProfile, PlanDocument, PredictionDocument,
                                          TrainingProfile, read_document, write_document)
-from batchscale.rundir.run import (RUNS_DIR, SCHEMA_VERSION, Run, RunDescriptor, RunLog, RunSummary, check_out_dir,
-                                   find_run_dirs, is_finished_run, is_run_dir, primary_eval_score, read_run, run_dir_name,
-                                   summarize_run, sweep_runs_dir, write_run, write_sweep_points)
+from batchscale.rundir.run import (RUNS_DIR, SCHEMA_VERSION, LoadedRun, RunDescriptor, RunLog, RunSummary,
+                                   check_out_dir, find_run_dirs, is_finished_run, is_run_dir, primary_eval_score, read_run,
+                                   run_dir_name, summarize_run, sweep_runs_dir, write_run, write_sweep_points)
 
 __all__ = [
     "ANALYSIS_FILE", "GENERATION_PROFILE_FILE", "PLAN_FILE", "RUNS_DIR", "SCHEMA_VERSION", "TRAINING_PROFILE_FILE",
-    "AnalysisDocument", "GenerationProfile", "PlanDocument", "PredictionDocument", "Run", "RunDescriptor", "RunLog", "RunSummary",
-    "TrainingProfile", "check_out_dir", "find_run_dirs", "is_finished_run", "is_run_dir", "primary_eval_score", "read_document",
+    "AnalysisDocument", "GenerationProfile", "LoadedRun", "PlanDocument", "PredictionDocument", "RunDescriptor", "RunLog",
+    "RunSummary", "TrainingProfile", "check_out_dir", "find_run_dirs", "is_finished_run", "is_run_dir", "primary_eval_score", "read_document",
     "read_run", "run_dir_name", "summarize_run", "sweep_runs_dir", "write_document", "write_run",
     "write_sweep_points",
 ]

@@ -187,7 +187,7 @@ def primary_eval_score(record: dict) -> float | None:
     return None
 
 
-def check_record(record: dict) -> str | None:
+def record_contract_problem(record: dict) -> str | None:
     """Why `record` breaks the contract, or None when it keeps it (kinds, required keys, types)."""
     if not isinstance(record, dict):
         return "is not a JSON object"
@@ -208,7 +208,7 @@ def check_record(record: dict) -> str | None:
 
 def dumps_record(record: dict) -> str:
     """One metrics.jsonl line. A record that breaks the contract or holds NaN/inf is a ValueError naming the key."""
-    problem = check_record(record)
+    problem = record_contract_problem(record)
     if problem:
         raise ValueError(f"record {problem}: {record}")
     for key, value in record.items():
@@ -306,7 +306,7 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
 # --- reader ---------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Run:
+class LoadedRun:
     """One run directory as read: its descriptor, records sorted by step, and summary (None: unfinished)."""
 
     path: Path
@@ -368,7 +368,7 @@ def read_records(run_dir: Path) -> list[dict]:
                             "repair or remove the run directory") from None
         if isinstance(record, dict) and record.get("kind") not in RECORD_KINDS:
             continue  # another kind of record: not part of this contract
-        problem = check_record(record)
+        problem = record_contract_problem(record)
         if problem:
             raise UserError(f"{path} line {i + 1}", f"the record {problem}",
                             "repair or remove the run directory (DESIGN.md lists each record's keys)")
@@ -390,7 +390,7 @@ def read_summary(run_dir: Path, descriptor: RunDescriptor, records: list[dict]) 
         raise validation_error(path, e, "remove summary.json to mark the run unfinished, or rerun it") from None
 
 
-def read_run(run_dir: Path) -> Run:
+def read_run(run_dir: Path) -> LoadedRun:
     """Read one run directory; a (kind, step) logged twice keeps the later record."""
     run_dir = Path(run_dir)
     descriptor = read_descriptor(run_dir)
@@ -398,7 +398,7 @@ def read_run(run_dir: Path) -> Run:
     latest = {(r["kind"], r["step"]): r for r in records}
     steps = sorted((r for (kind, _), r in latest.items() if kind == "step"), key=lambda r: r["step"])
     evals = sorted((r for (kind, _), r in latest.items() if kind == "eval"), key=lambda r: (r["samples"], r["step"]))
-    return Run(run_dir, descriptor, steps, evals, read_summary(run_dir, descriptor, steps + evals))
+    return LoadedRun(run_dir, descriptor, steps, evals, read_summary(run_dir, descriptor, steps + evals))
 
 
 def find_run_dirs(path: Path) -> list[Path]:

@@ -14,12 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from batchscale.config import derive_plan
 from batchscale.errors import UserError
-from batchscale.progress import console
-from batchscale.sweep.executors import EXECUTORS, run_local, run_ray
 from batchscale.rundir.lock import SweepLock
 from batchscale.rundir.staging import sweep_staging_dir
+from batchscale.sweep.executors import EXECUTORS, run_local, run_ray
 from batchscale.sweep.runner import adopt, available_cores, prebuild_models, prepare_sweep_dir, read_summary
 from batchscale.sweep.spec import Point
+from batchscale.train.progress import console
 
 
 def check_inputs(points: list[Point]) -> None:

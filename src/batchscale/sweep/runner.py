@@ -44,7 +44,7 @@ def run_point(config_data: dict, staging: str, name: str, threads: int, events=N
     """Train one point into `staging` (a fresh directory the sweep named); returns its summary. Runs in a worker
     process; the sweep moves `staging` into place."""
     from batchscale.config import validate_config
-    from batchscale.trainer import train
+    from batchscale.train.loop import train
 
     config_data = {**config_data, "run": {**config_data["run"], "threads": threads}}
     cfg = validate_config(config_data)

@@ -92,7 +92,7 @@ def check_sweep_types(data: dict, path: Path) -> None:
                         "write e.g. seeds = [0, 1]")
 
 
-def load_sweep(path: Path, overrides: list[str] = ()) -> list[Point]:
+def load_sweep_spec(path: Path, overrides: list[str] = ()) -> list[Point]:
     path = Path(path)
     data = read_toml(path)
     unknown = set(data) - SWEEP_KEYS

@@ -75,7 +75,7 @@ def roofline(
 ) -> None:
     """Roofline bounds for decode and training per batch, bound type, ridge point and KV-cache capacity."""
     from batchscale.systems.hardware import get_hardware
-    from batchscale.systems.models import get_model_shape
+    from batchscale.systems.model_shapes import get_model_shape
     from batchscale.systems.roofline import build_roofline, validate_roofline_inputs
 
     shape = get_model_shape(model)

@@ -15,7 +15,7 @@ Per B: seconds, tokens/s and samples/s, where tokens = prompt + response tokens 
 
 Utilization follows the 6 * N * D rule (Kaplan et al. 2020; forward 2 N, backward 4 N FLOPs per token with N the
 matmul parameter count, attention's context term ignored, which is small at these lengths), counted where the update
-runs each matrix: the body's on every token, the LM head's only on response tokens (`batching.token_logprobs`; the
+runs each matrix: the body's on every token, the LM head's only on response tokens (`policy.forward.token_logprobs`; the
 input embedding is a lookup): achieved FLOP/s = 6 * (N_body * tokens + N_head * response_tokens) / seconds, over the
 matmul peak measured here with torch for the arithmetic dtype in use (both float32 and bfloat16 are measured;
 `measure_matmul_rates`): a GEMM of the model's MLP up-projection shape, not a vendor number, so utilization says how
@@ -47,7 +47,7 @@ def build_batch(policy, task, batch: int, seed: int, device):
     """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts."""
     import numpy as np
 
-    from batchscale.batching import collate
+    from batchscale.policy.sequences import collate
 
     tok = policy.tokenizer
     examples = task.sample_train(np.random.default_rng(seed), batch)
@@ -99,12 +99,12 @@ def matmul_shape(model, tokens: int) -> tuple[int, int, int]:
 
 
 def update_flops(model, tokens: int, response_tokens: int) -> float:
-    """FLOPs of one update by the 6 N D rule, each matrix counted on the tokens it runs on: the body's matmul
-    parameters on every token, the LM head's on response tokens only (on every token for models whose logits take the
-    full forward, see `batching.lm_head_applies_alone`). The input embedding is a lookup: no FLOPs. Rows that share a
-    prompt compute it once (`shared_prompts`); this count does not credit that (the profile's prompts are drawn at
-    random from the task, so few repeat)."""
-    from batchscale.batching import lm_head_applies_alone
+    """FLOPs of one update by the 6 N D rule, each matrix counted on the tokens it runs on: the body's matmul parameters
+    on every token, the LM head's on response tokens only (on every token for models whose logits take the full forward,
+    see `policy.forward.lm_head_applies_alone`). The input embedding is a lookup: no FLOPs. Rows that share a prompt
+    compute it once (`shared_prompts`); this count does not credit that (the profile's prompts are drawn at random from
+    the task, so few repeat)."""
+    from batchscale.policy.forward import lm_head_applies_alone
 
     head, embedding = model.get_output_embeddings().weight, model.get_input_embeddings().weight
     tied = head.data_ptr() == embedding.data_ptr()
@@ -120,9 +120,9 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
     counts from the warm-up on."""
     import torch
 
-    from batchscale.optimization import clip_and_step
     from batchscale.telemetry.timers import synchronize
-    from batchscale.update import accumulate_policy_gradient
+    from batchscale.train.actor import accumulate_policy_gradient
+    from batchscale.train.update_schedule import clip_and_step
 
     def update():
         accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2,
@@ -143,9 +143,9 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
 
 
 def padded_tokens(batch, micro_batch_size: int) -> int:
-    """Token positions the update's micro-batches compute (`batching.iter_gradient_chunks`, as
+    """Token positions the update's micro-batches compute (`train.micro_batches.iter_gradient_chunks`, as
     `accumulate_policy_gradient` runs them): each is trimmed to its own longest sequence."""
-    from batchscale.batching import iter_gradient_chunks
+    from batchscale.train.micro_batches import iter_gradient_chunks
 
     return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1]
                for chunk in iter_gradient_chunks(batch, micro_batch_size) for rows in chunk)
@@ -161,10 +161,10 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     from batchscale.config import ModelConfig, OptimConfig
     from batchscale.cpu import native_bf16_cpu
     from batchscale.device import resolve_device
-    from batchscale.optimization import build_optimizer
-    from batchscale.precision import COMPUTE_DTYPES, resolve_compute_dtype
     from batchscale.systems.knee import fit_training_cost
     from batchscale.systems.options import device_hardware, named_hardware
+    from batchscale.train.optimizer import build_optimizer
+    from batchscale.train.precision import COMPUTE_DTYPES, resolve_training_dtype
 
     validate_micro_batch(batches, micro_batch_size)
     if repeats < 1:
@@ -186,7 +186,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     preset = device_hardware(preset, device, log)
     cuda = torch.device(device).type == "cuda"
     params = policy.num_params
-    arithmetic = resolve_compute_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
+    arithmetic = resolve_training_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
     arithmetic_name = str(arithmetic).removeprefix("torch.")
     optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from batchscale.errors import UserError
 from batchscale.systems.hardware import Hardware
-from batchscale.systems.models import ModelShape
+from batchscale.systems.model_shapes import ModelShape
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,10 @@ problems.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-RewardFn = Callable[[str, str], float]  # (response text, reference answer) -> reward
-
+from batchscale.tasks.rewards import RewardFn, score_batch
 
 @dataclass(frozen=True)
 class Example:
@@ -33,13 +31,9 @@ class Task:
         raise NotImplementedError
 
     def score(self, responses: list[str], examples: list[Example]) -> list[float]:
-        from batchscale.tasks.rewards import score_batch
-
         return score_batch(self.reward_fn, responses, [ex.answer for ex in examples])
 
     def accuracy(self, responses: list[str], examples: list[Example]) -> list[float]:
-        from batchscale.tasks.rewards import score_batch
-
         return score_batch(self.accuracy_fn, responses, [ex.answer for ex in examples])
 
     def close(self) -> None:

@@ -25,10 +25,11 @@ import numbers
 import os
 import re
 import weakref
-from typing import Sequence
+from typing import Callable, Sequence
 
 from batchscale.errors import UserError
-from batchscale.tasks.base import RewardFn
+
+RewardFn = Callable[[str, str], float]  # (response text, reference answer) -> reward
 
 DEFAULT_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 60.0  # starting the worker and importing the user's module (once per run)

@@ -7,16 +7,16 @@ batch sizes b < B measured on the same step give the unbiased estimators
     |G|^2     ~ (B |g_B|^2 - b |g_b|^2) / (B - b)
     tr(Sigma) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B)
 
-Here g_B is the update's gradient and g_b the mean gradient of one chunk of it (`telemetry.chunk_norms`), |g_b|^2
-averaged over the update's chunks. Departure from "one chunk per micro-batch": the chunks are the two halves of the
-update's prompt groups (`batching.iter_gradient_chunks`: micro-batches of whole groups cost 1.32x the update time in
+Here g_B is the update's gradient and g_b the mean gradient of one chunk of it (`train.chunk_norms`), |g_b|^2 averaged
+over the update's chunks. Departure from "one chunk per micro-batch": the chunks are the two halves of the update's
+prompt groups (`train.micro_batches.iter_gradient_chunks`: micro-batches of whole groups cost 1.32x the update time in
 padding, docs/LOG.md); in a model's many dimensions |g_b|^2 - |g_B|^2 concentrates, so two chunks estimate tr(Sigma)
 nearly as well as many, and |G|^2's noise comes mostly from |g_B|^2 itself (simulated: its sd is 1.3x that of eight
-chunks, in 1000 dimensions). Chunks may differ in size by one prompt group; since
-E mean_k |g_bk|^2 = |G|^2 + tr(Sigma) mean_k(1/b_k), b is the harmonic mean of the chunk sizes and the estimators stay
-unbiased. The per-step estimates are noisy (either can come out negative), so B_noise = tr(Sigma) / |G|^2 is the ratio
-of two exponential moving averages, of the numerator and of the denominator separately (same decay, both starting at 0,
-so their start-up bias cancels in the ratio and no correction is needed).
+chunks, in 1000 dimensions). Chunks may differ in size by one prompt group; since E mean_k |g_bk|^2 = |G|^2 + tr(Sigma)
+mean_k(1/b_k), b is the harmonic mean of the chunk sizes and the estimators stay unbiased. The per-step estimates are
+noisy (either can come out negative), so B_noise = tr(Sigma) / |G|^2 is the ratio of two exponential moving averages, of
+the numerator and of the denominator separately (same decay, both starting at 0, so their start-up bias cancels in the
+ratio and no correction is needed).
 
 Unit. Responses of one prompt group are correlated, so chunks hold whole groups and the group is the independent unit
 (an update of a single prompt group has no estimate).

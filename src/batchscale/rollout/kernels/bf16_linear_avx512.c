@@ -1,7 +1,7 @@
 /* y = x W^T + b with bfloat16 activations, weights and output, for CPUs with native bf16 dot products (AVX512-BF16).
  *
  * The sibling bf16_linear.c is for CPUs without native bf16 (float32 activations, bf16 weights widened in registers).
- * Here the whole decode runs in bf16 (weights.resolve_compute_dtype keeps a bf16 model in bf16 on such a CPU), and
+ * Here the whole decode runs in bf16 (weights.resolve_generation_dtype keeps a bf16 model in bf16 on such a CPU), and
  * `vdpbf16ps` multiplies 32 bf16 pairs and adds them into 16 float32 lanes per instruction. A bf16 product is exact in
  * float32 (8-bit mantissas), so the result equals F.linear(x.float(), W.float(), b.float()) rounded once to bf16
  * (round to nearest even, as torch rounds), up to float32 summation order. vdpbf16ps flushes denormal inputs and

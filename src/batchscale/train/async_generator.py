@@ -1,7 +1,7 @@
 """The generator process of asynchronous rollouts, and the shared memory it meets the trainer in.
 
-The trainer (async_trainer.py) starts one generator process (spawned; torch threads `rollout.generator_threads`). It
-shares with it, without a file round trip:
+The trainer (train/async_rollouts.py) starts one generator process (spawned; torch threads `rollout.generator_threads`).
+It shares with it, without a file round trip:
 - `SharedWeights`: the policy's parameters as torch tensors in shared memory (`share_memory_()`) and a version counter.
   The trainer copies its parameters in after every update and bumps the version; the generator copies them into its
   own model between two decode steps (`rollout.partial`, the default: responses in flight continue under the new
@@ -12,7 +12,8 @@ shares with it, without a file round trip:
   concurrency, which the trainer turns into per-step records.
 
 Admission control bounds staleness at the source, as AReaL's does: a group may start under version v only while fewer
-than (v + k + 1) * P groups have been started, not counting dropped ones. The trainer has consumed v * P of them, so
+than (v + k + 1) * P groups have been started, not counting dropped ones (`admission_limit`, used by both processes:
+the generator admits by it, the trainer samples prompts ahead by it). The trainer has consumed v * P of them, so
 at most (k + 1) * P groups are live (decoding or finished and waiting), and with in-order completion each is consumed
 by version v + k at the latest; a group overtaken by younger ones can still grow too stale, and the trainer drops it.
 At most `rollout.generation_batch` responses are in flight (queued in the engine or decoding); at most
@@ -31,10 +32,20 @@ from dataclasses import dataclass
 
 import torch
 
+from batchscale.policy.load import load_policy
 from batchscale.processes import die_with_parent
+from batchscale.rollout.base import SamplingParams
+from batchscale.rollout.decoder import SlotDecoder
+from batchscale.rollout.streaming import StreamingSchedule
 
 IDLE_POLL_S = 0.002
 LOCK_POLL_S = 0.2
+
+
+def admission_limit(version: int, max_staleness: int, prompts_per_step: int) -> int:
+    """Groups that may have been started, dropped ones not counted, while `version` is the newest published weights:
+    (version + k + 1) * P. The trainer has consumed version * P of them, so at most (k + 1) * P are live."""
+    return (version + max_staleness + 1) * prompts_per_step
 
 
 class SharedWeights:
@@ -110,11 +121,6 @@ def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: Sh
     die_with_parent(parent_pid)
     finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing them
     torch.set_num_threads(settings.threads)
-    from batchscale.policy.load import load_policy
-    from batchscale.rollout.base import SamplingParams
-    from batchscale.rollout.decoder import SlotDecoder
-    from batchscale.rollout.streaming import StreamingRun
-
     policy = load_policy(model_cfg, task_cfg, lambda line: None)
     model = policy.model
     model.eval()
@@ -124,7 +130,7 @@ def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: Sh
     decoder.sync()
     tok = policy.tokenizer
     params = SamplingParams(settings.temperature, settings.top_p, settings.max_new_tokens)
-    run = StreamingRun(decoder, params, tok.eos_token_id, tok.pad_token_id or 0,
+    run = StreamingSchedule(decoder, params, tok.eos_token_id, tok.pad_token_id or 0,
                        min(settings.max_concurrency, settings.generation_batch))
     run.set_version(version)
     streamer = _Streamer(settings, run, finished)
@@ -162,7 +168,7 @@ class _Streamer:
 
     def admit(self, prompts, version: int, dropped_groups: int) -> None:
         s = self.settings
-        budget = (version + s.max_staleness + 1) * s.prompts_per_step - (self.started - dropped_groups)
+        budget = admission_limit(version, s.max_staleness, s.prompts_per_step) - (self.started - dropped_groups)
         room = (s.generation_batch - self.run.in_flight) // s.samples_per_prompt
         admitted = []
         while len(admitted) < min(budget, room):

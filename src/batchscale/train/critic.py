@@ -7,14 +7,15 @@ de-quantized GGUF) and needs no second load from disk nor a per-architecture `..
 every family has one, and their heads carry dropout). The head is initialized with a small std (1 / (hidden + 1), as in
 OpenRLHF) so that initial values are near 0; it computes in float32 whatever the body's dtype.
 
-Values are per-token like every other tensor in `batching`: (N, L - 1), position t the value of the state after tokens
-<= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
+Values are per-token like every other tensor of `policy.sequences`: (N, L - 1), position t the value of the state after
+tokens <= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
 (`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
-it, and follows the same epochs x mini-batches schedule as the actor (`optimization.iter_updates`). The critic has its own
-learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and its own gradient
-clipping; Adam's other settings come from `optim`. It shares the actor's execution choices: micro-batches of
-length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16. The value head
-is a (hidden x 1) projection, so unlike the LM head it costs next to nothing at every position and is left there.
+it, and follows the same epochs x mini-batches x gradient chunks skeleton as the actor (`train.update_schedule`). The
+critic has its own learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and
+its own gradient clipping; Adam's other settings come from `optim`. It shares the actor's execution choices:
+micro-batches of length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16.
+The value head is a (hidden x 1) projection, so unlike the LM head it costs next to nothing at every position and is
+left there.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from batchscale.algorithms.losses import clipped_value_loss, token_weights
-from batchscale.batching import SequenceBatch, forward_in_micro_batches
-from batchscale.optimization import build_optimizer, clip_and_step, iter_updates, loss_normalizer, mean_stats
-from batchscale.precision import autocast
-from batchscale.telemetry.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.algorithms.losses import clipped_value_loss, loss_normalizer, token_weights
+from batchscale.policy.sequences import SequenceBatch
+from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.train.micro_batches import forward_in_micro_batches
+from batchscale.train.optimizer import build_optimizer
+from batchscale.train.precision import autocast
+from batchscale.train.update_schedule import mean_stats, run_updates
 
 
 class ValueModel(nn.Module):
@@ -53,7 +56,7 @@ def build_value_model(policy_model: nn.Module) -> ValueModel:
 
 
 def token_values(model: ValueModel, batch: SequenceBatch) -> torch.Tensor:
-    """(N, L - 1) V at each position whose next token is a target, aligned with `batching.token_logprobs`."""
+    """(N, L - 1) V at each position whose next token is a target, aligned with `policy.forward.token_logprobs`."""
     return model(batch.input_ids, batch.attention_mask)[:, :-1]
 
 
@@ -71,7 +74,7 @@ def accumulate_value_gradient(
     chunk_norms: ChunkNorms | None = None,
 ) -> dict:
     """Sum the micro-batch gradients of the batch value loss into .grad, in two chunks of whole prompt groups, as the
-    actor does (`update.accumulate_policy_gradient`). Returns loss statistics for the log."""
+    actor does (`train.actor.accumulate_policy_gradient`). Returns loss statistics for the log."""
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
     stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}
     for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
@@ -99,7 +102,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 @dataclass
 class Critic:
-    """The value model with its optimizer and update settings: what the training loop holds for `needs_critic`."""
+    """The value model with its optimizer and update settings: what the training loop holds for `needs_critic`,
+    the actor's mirror (`train.actor`)."""
 
     model: ValueModel
     optimizer: torch.optim.Optimizer
@@ -117,17 +121,14 @@ class Critic:
     def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor) -> dict:
         """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping,
         and the critic's gradient noise estimates (`gns/critic/grad_sq`, `gns/critic/trace_sigma`)."""
-        records = []
-        for start, stop in iter_updates(len(batch), self.plan.ppo_epochs, self.plan.ppo_mini_batches):
-            mini, width = batch.rows(start, stop)
-            chunk_norms = ChunkNorms(self.model.parameters())
-            stats = accumulate_value_gradient(self.model, mini, values_old[start:stop, :width],
-                                              returns[start:stop, :width], self.plan.micro_batch_size,
-                                              self.value_clip, self.aggregation, self.compute_dtype,
-                                              samples_per_prompt=self.plan.samples_per_prompt, chunk_norms=chunk_norms)
-            grad_norm = clip_and_step(self.model, self.optimizer, self.max_grad_norm)
-            records.append({"grad_norm/critic": grad_norm, **stats,
-                            **chunk_norms.noise_terms(grad_norm, len(mini), network="critic")})
+
+        def accumulate(mini: SequenceBatch, rows: slice, width: int, chunk_norms: ChunkNorms) -> dict:
+            return accumulate_value_gradient(self.model, mini, values_old[rows, :width], returns[rows, :width],
+                                             self.plan.micro_batch_size, self.value_clip, self.aggregation,
+                                             self.compute_dtype, samples_per_prompt=self.plan.samples_per_prompt,
+                                             chunk_norms=chunk_norms)
+
+        records = run_updates("critic", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate)
         return {
             **mean_stats(records),
             "lr/critic": self.optimizer.param_groups[0]["lr"],
@@ -137,6 +138,8 @@ class Critic:
 
 
 def build_critic(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype = torch.float32) -> Critic:
+    """The critic of a run (cfg: config.Config, plan: its config.BatchPlan): a value model copied from the policy's
+    body, and its optimizer at the critic's own scaled lr."""
     model = build_value_model(policy_model)
     optimizer = build_optimizer(model.parameters(), cfg.optim, plan.critic.lr)
     return Critic(model, optimizer, plan, cfg.critic.value_clip, cfg.critic.max_grad_norm,

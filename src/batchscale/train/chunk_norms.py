@@ -1,9 +1,9 @@
 """The squared norm of each chunk's gradient, taken from the accumulation the update does anyway (no second backward).
 
-An update accumulates its micro-batch gradients into .grad chunk by chunk (`batching.iter_gradient_chunks`: chunks of
-whole prompt groups). Before a chunk, the gradient accumulated so far is set aside (a pointer move, no copy) and .grad
-starts empty, so after the chunk's backward passes .grad holds exactly the chunk's increment d_k: one squared norm
-per chunk, then one in-place add folds it back into the running sum. The sum is the same gradient as plain
+An update accumulates its micro-batch gradients into .grad chunk by chunk (`train.micro_batches.iter_gradient_chunks`:
+chunks of whole prompt groups). Before a chunk, the gradient accumulated so far is set aside (a pointer move, no copy)
+and .grad starts empty, so after the chunk's backward passes .grad holds exactly the chunk's increment d_k: one squared
+norm per chunk, then one in-place add folds it back into the running sum. The sum is the same gradient as plain
 accumulation up to float rounding (the micro-batch equivalence tests hold it to that).
 
 Each micro-batch loss is its share of the batch loss (normalized by the batch's tokens T, or rows), so d_k is the
@@ -18,10 +18,11 @@ from contextlib import contextmanager
 
 import torch
 
-from batchscale.batching import SequenceBatch, iter_gradient_chunks
-from batchscale.optimization import loss_normalizer
+from batchscale.algorithms.losses import loss_normalizer
+from batchscale.policy.sequences import SequenceBatch
 from batchscale.rundir.run import GNS_STEP_KEYS
 from batchscale.telemetry.gradnoise import estimate_noise_terms
+from batchscale.train.micro_batches import iter_gradient_chunks
 
 
 class ChunkNorms:

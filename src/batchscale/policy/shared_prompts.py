@@ -24,7 +24,8 @@ from transformers.cache_utils import DynamicCache
 
 
 def prompt_owners(batch) -> tuple[list[int], list[int], torch.Tensor, torch.Tensor]:
-    """(first row of each distinct prompt, each row's distinct-prompt index, prompt lengths (n,), response lengths (n,))."""
+    """(first row of each distinct prompt, each row's distinct-prompt index, prompt lengths (n,), response lengths
+    (n,))."""
     response_lengths = batch.response_mask.sum(dim=1).long()  # (n,)
     prompt_lengths = batch.attention_mask.sum(dim=1) - response_lengths  # (n,)
     index: dict[tuple, int] = {}

@@ -1,16 +1,20 @@
 """Asynchronous streaming rollouts, the trainer's side: B_gen >= B_train, partial rollouts, bounded staleness.
 
 The paper's asynchronous partial rollouts and streaming generation (and verl's one-step-off / fully asynchronous
-trainers, AReaL): a generator process (rollout/async_generator.py) keeps decoding while the trainer updates, so
-generation hides behind training and more responses are in flight. `AsyncRollouts` starts it, feeds it prompts,
-and hands the training loop (trainer.run_step) one step's rollouts at a time:
+trainers, AReaL): a generator process (train/async_generator.py) keeps decoding while the trainer updates, so
+generation hides behind training and more responses are in flight. `AsyncRollouts`, a rollout source
+(train.rollout_source), starts it, feeds it prompts, and hands the training loop (train.loop.run_step) one step's
+rollouts at a time:
 - the trainer takes exactly P complete groups (P*G responses) per update from a buffer of finished groups, oldest first
   (by the version that started them, then by the order they were sampled); groups are never split;
 - a group whose start version lags the version being updated by more than k = `rollout.max_staleness` is dropped
   (logged as `async/dropped_groups`), never trained on; with fewer than P fresh groups the trainer waits
   (`time/wait_for_samples`);
-- after each actor update the new weights are published through shared memory (`publish`, the training loop's
-  `on_update`); the generator picks them up between decode steps.
+- after each actor update the loop publishes the new weights through shared memory (`publish`); the generator picks
+  them up between decode steps;
+- prompts are sampled ahead, P at a time with the run's own random generator as the synchronous loop samples them, for
+  every group the generator may start before the next take: `async_generator.admission_limit`, the one place the
+  admission bound is written.
 Accounting is the synchronous loop's: N advances by exactly P*G per update and every response is consumed at most once.
 
 Logged per step: `async/staleness_mean` and `async/staleness_max` (versions between the start of a response and the
@@ -31,19 +35,19 @@ import torch
 import torch.multiprocessing as mp
 
 from batchscale.errors import UserError
-from batchscale.rollout.async_generator import Counters, GeneratorDied, GeneratorSettings, SharedWeights, generator_main
 from batchscale.rollout.base import Rollouts, StepRollouts
+from batchscale.train.async_generator import (Counters, GeneratorDied, GeneratorSettings, SharedWeights,
+                                               admission_limit, generator_main)
 
 POLL_S = 0.2  # how often a waiting trainer checks that the generator is alive
 STOP_TIMEOUT_S = 10.0
 
 
 class AsyncRollouts:
-    """The generator process and the buffer of finished groups; a context manager around a run's training loop."""
+    """The generator process and the buffer of finished groups: a rollout source, entered around a run's loop."""
 
-    def __init__(self, run):
-        self.run = run
-        cfg, plan = run.cfg, run.plan
+    def __init__(self, cfg, plan, policy, task, rng, timer):
+        self.cfg, self.policy, self.task, self.rng, self.timer = cfg, policy, task, rng, timer
         rollout = cfg.rollout
         self.P, self.G, self.k = plan.prompts_per_step, plan.samples_per_prompt, rollout.max_staleness
         self.settings = GeneratorSettings(
@@ -59,21 +63,19 @@ class AsyncRollouts:
         self.process = None
 
     def __enter__(self) -> "AsyncRollouts":
-        run, ctx = self.run, self.context
-        self.weights = SharedWeights(run.policy.model, ctx)
+        ctx = self.context
+        self.weights = SharedWeights(self.policy.model, ctx)
         self.counters = Counters(ctx)
         self.prompts, self.finished, self.stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-        self.sample_prompts(self.P * (self.k + 2))
+        self.supply_prompts(version=0)
         self.process = ctx.Process(
             target=generator_main, name="batchscale-generator", daemon=True,
-            args=(self.settings, run.cfg.model, run.cfg.task, self.weights, self.counters, self.prompts,
+            args=(self.settings, self.cfg.model, self.cfg.task, self.weights, self.counters, self.prompts,
                   self.finished, self.stop, torch.get_rng_state(), os.getpid()))
         self.process.start()
-        run.rollout_source, run.on_update = self.take, self.publish
         return self
 
     def __exit__(self, *exc) -> None:
-        self.run.rollout_source = self.run.on_update = None
         self.stop.set()
         self.process.join(STOP_TIMEOUT_S)
         if self.process.is_alive():
@@ -83,12 +85,13 @@ class AsyncRollouts:
             q.cancel_join_thread()
             q.close()
 
-    def sample_prompts(self, groups: int) -> None:
-        """Sample P prompts at a time, as the synchronous loop does, until `groups` groups have been sent."""
-        run = self.run
+    def supply_prompts(self, version: int) -> None:
+        """Prompts for every group the generator may start while `version` is the newest it can see (the admission
+        bound; dropped groups free their places), sampled P at a time as the synchronous loop samples them."""
+        groups = admission_limit(version, self.k, self.P) + self.counters.dropped_groups.value
         while self.groups_sampled < groups:
-            examples = run.task.sample_train(run.rng, self.P)
-            ids = run.policy.tokenizer(run.policy.format_prompts([ex.prompt for ex in examples]))["input_ids"]
+            examples = self.task.sample_train(self.rng, self.P)
+            ids = self.policy.tokenizer(self.policy.format_prompts([ex.prompt for ex in examples]))["input_ids"]
             for ex, prompt_ids in zip(examples, ids):
                 self.examples[self.groups_sampled] = ex
                 self.prompts.put((self.groups_sampled, [list(prompt_ids)] * self.G))
@@ -104,14 +107,12 @@ class AsyncRollouts:
         return UserError("rollout.mode", f"the generator process died (exit code {self.process.exitcode}) while the "
                          f"trainer was {when}", "see the output above; rerun, or set rollout.mode = 'sync'")
 
-    def take(self, step: int, run) -> StepRollouts:
+    def take(self, step: int) -> StepRollouts:
         """Exactly P complete groups for the update at version step - 1, oldest first; waits, drops the too stale."""
         version = step - 1
-        dropped = self.counters.dropped_groups.value
-        # prompts for every group the generator may start before the next take (admission control's bound)
-        self.sample_prompts((version + self.k + 2) * self.P + dropped)
+        self.supply_prompts(version + 1)  # until the next take, the generator sees this step's update at the newest
         dropped_now = 0
-        with run.timer.phase("wait_for_samples"):
+        with self.timer.phase("wait_for_samples"):
             while True:
                 self.drain()
                 fresh = [g for g in self.buffer if version - g["start_version"] <= self.k]
@@ -155,7 +156,7 @@ class AsyncRollouts:
         staleness = [version - g["start_version"] for g in groups for _ in range(self.G)]
         partial = [len(set(v)) > 1 for v in flat["versions"]]
         active_mean = delta["decoded_rows"] / delta["decode_steps"] if delta["decode_steps"] else None
-        texts = self.run.policy.tokenizer.batch_decode(flat["response_ids"], skip_special_tokens=True)
+        texts = self.policy.tokenizer.batch_decode(flat["response_ids"], skip_special_tokens=True)
         rollouts = Rollouts(flat["prompt_ids"], flat["response_ids"], texts, {"active_mean": active_mean},
                             flat["logprobs"])
         record = {

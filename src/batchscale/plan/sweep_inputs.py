@@ -1,4 +1,5 @@
-"""Read a sweep directory for the plan: N* per label from `analysis.json`, throughput q per label from the runs' own logs.
+"""Read a sweep directory for the plan: N* per label from `analysis.json`, throughput q per label from the runs' own
+logs.
 
 Sources (formats in batchscale.rundir):
 - `DIR/analysis.json`, written by `batchscale analyze`: the reference, the target, per label P, G, B_train and
@@ -7,23 +8,24 @@ Sources (formats in batchscale.rundir):
 - optionally a generation profile (`batchscale profile generation --json`): its knee gives the critical generation
   batch (B_90 of the fit). Looked up at `--generation-profile`, else `DIR/profiles/generation.json`.
 
-Throughput estimator (documented choice; the paper asks for "stable end-to-end throughput"): per seed,
-q_seed = samples_per_step / median(time/step) over step records after the first (the first step carries warm-up: allocator,
-kernel selection, cache growth), with samples_per_step from the run descriptor. The median resists stragglers (a checkpoint
-write, a long-response step). q = mean of q_seed over seeds. A label none of whose runs has a step after the warm-up step
-gets its q from the warm-up step, and the row says so (`throughput_warmup_only`) and a DataWarning is raised: never a
-silent warm-up q. Eval time is not in time/step, so q is the training loop's throughput, as the paper's q is. Median
-time/generate and time/train per step are passed through so the table can show where the time goes. For the resolution
-test (resolve.py) the sd of ln(samples_per_step / time/step) over those steps, pooled over seeds, travels with q.
+Throughput estimator (documented choice; the paper asks for "stable end-to-end throughput"): per seed, q_seed =
+samples_per_step / median(time/step) over step records after the first (the first step carries warm-up: allocator,
+kernel selection, cache growth), with samples_per_step from the run descriptor. The median resists stragglers (a
+checkpoint write, a long-response step). q = mean of q_seed over seeds. A label none of whose runs has a step after the
+warm-up step gets its q from the warm-up step, and the row says so (`throughput_warmup_only`) and a DataWarning is
+raised: never a silent warm-up q. Eval time is not in time/step, so q is the training loop's throughput, as the paper's
+q is. Median time/generate and time/train per step are passed through so the table can show where the time goes. For the
+resolution test (resolve.py) the sd of ln(samples_per_step / time/step) over those steps, pooled over seeds, travels
+with q.
 
 Realized time-to-target (analysis.json `time_to_target_realized`: time/step summed up to the crossing, warm-up included)
 is passed through beside T = N*/q. The batch facts the memory check needs, generation_batch and max_concurrency, come
 from the runs' run.json.
 
-N* is analysis.json's mean over the seeds that reached the target (with the mean and sd of ln N* for the resolution test);
-rN is recomputed here as a ratio of those means (which may
-differ from analysis.json's own r_n if that was computed otherwise) so that T/T_ref = rN / (q/q_ref) holds exactly.
-Every configuration that has runs is feasible (it ran on this machine).
+N* is analysis.json's mean over the seeds that reached the target (with the mean and sd of ln N* for the resolution
+test); rN is recomputed here as a ratio of those means (which may differ from analysis.json's own r_n if that was
+computed otherwise) so that T/T_ref = rN / (q/q_ref) holds exactly. Every configuration that has runs is feasible (it
+ran on this machine).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.plan.decide import ConfigMeasurement
-from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile, Run,
+from batchscale.plan.rows import ConfigMeasurement
+from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile, LoadedRun,
                                find_run_dirs, read_document, read_run, sweep_runs_dir)
 
 THROUGHPUT_METHOD = "samples_per_step / median(time/step) over steps after the first, mean over seeds"
@@ -69,7 +71,7 @@ class RunThroughput:
     max_concurrency: int | None  # run.json
 
 
-def load_sweep(sweep_dir: Path, reference: str | None = None, profile_path: Path | None = None) -> SweepInputs:
+def load_sweep_inputs(sweep_dir: Path, reference: str | None = None, profile_path: Path | None = None) -> SweepInputs:
     """Combine analysis.json and the runs' timings into one measurement per analysed label."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -113,7 +115,7 @@ def measure_sweep_throughput(sweep_dir: Path) -> dict[str, list[RunThroughput]]:
     return by_label
 
 
-def measure_run_throughput(run: Run) -> RunThroughput | None:
+def measure_run_throughput(run: LoadedRun) -> RunThroughput | None:
     """q for one run: samples_per_step / median(time/step), dropping the first (warm-up) step; a run with only that
     step is marked warmup_only. None if nothing is timed."""
     steps = [s for s in run.steps if _is_positive(s.get("time/step"))]

@@ -1,8 +1,8 @@
 """Model shapes for the roofline: presets from public Hugging Face config.json files, or any Llama-style config.json.
 
-Only what the roofline needs: hidden size, layers, query and key/value heads, head dim, MLP intermediate size, vocabulary,
-maximum positions and whether the input embedding and LM head share one matrix. The layer is the Llama/Qwen block:
-q/k/v/o projections (grouped-query attention) and a gated (SwiGLU) MLP with gate/up/down projections.
+Only what the roofline needs: hidden size, layers, query and key/value heads, head dim, MLP intermediate size,
+vocabulary, maximum positions and whether the input embedding and LM head share one matrix. The layer is the Llama/Qwen
+block: q/k/v/o projections (grouped-query attention) and a gated (SwiGLU) MLP with gate/up/down projections.
 
 Parameter count per layer = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * intermediate, with
 q_dim = heads * head_dim and kv_dim = kv_heads * head_dim. Departure: norm weights and Qwen2's q/k/v biases are not

@@ -29,7 +29,7 @@ def training_progress() -> Progress:
 
 
 def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False) -> tuple[dict, Path]:
-    from batchscale.trainer import train
+    from batchscale.train.loop import train
 
     plan = derive_plan(cfg)
     total = plan.num_steps * plan.samples_per_step

@@ -1,6 +1,6 @@
-"""Execution choices in `batching` change no value: the LM head on response positions only gives the full head's
-log-probs, length-sorted micro-batches cover every row once, keep row order in what they return, and compute fewer
-padded positions."""
+"""Execution choices in `policy.forward` and `train.micro_batches` change no value: the LM head on response positions
+only gives the full head's log-probs, length-sorted micro-batches cover every row once, keep row order in what they
+return, and compute fewer padded positions."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import copy
 import pytest
 import torch
 
-from batchscale.batching import (collate, forward_in_micro_batches, iter_micro_batches, lm_head_applies_alone,
-                                 token_logprobs)
 from batchscale.config import ModelConfig, TaskConfig
+from batchscale.policy.forward import lm_head_applies_alone, token_logprobs
 from batchscale.policy.load import load_policy
+from batchscale.policy.sequences import collate
+from batchscale.train.micro_batches import forward_in_micro_batches, iter_micro_batches
 
 
 @pytest.fixture(scope="module")

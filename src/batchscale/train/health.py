@@ -2,7 +2,7 @@
 
 - `check_rewards`: every reward of a batch must be finite; the first that is not stops the run at that step with a
   one-line UserError naming the step, the reward function and the input (a user's reward returned NaN or infinity).
-- `check_record`: every number of a record (loss, gradient norms, eval scores, ...) must be finite before it is
+- `check_finite_record`: every number of a record (loss, gradient norms, eval scores, ...) must be finite before it is
   written; the first that is not stops the run naming the step and the quantity. The run is left unfinished (its
   records up to the step before, no summary.json); nothing non-finite ever reaches the run log.
 - `check_parameters`: the policy's parameters must be finite after each update. A finite gradient times a huge
@@ -40,7 +40,7 @@ def check_rewards(step: int, rewards: Sequence[float], reward_spec: str, respons
                             "make the reward return a finite number for every response")
 
 
-def check_record(record: dict, lr: float) -> None:
+def check_finite_record(record: dict, lr: float) -> None:
     """Raise at the first non-finite number in a step or eval record, before it is written."""
     for key, value in record.items():
         if _is_bad(value):

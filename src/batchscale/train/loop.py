@@ -1,0 +1,186 @@
+"""The training loop: rollout boundary -> score -> advantages -> one micro-batched update -> log.
+
+Each step samples P prompts, generates G responses for each (prompt-major, so rewards reshape to (P, G)), scores them,
+turns rewards into per-token advantages with the configured algorithm, and applies exactly one optimizer update over the
+B_train = P * G responses (or ppo_epochs x ppo_mini_batches updates, when configured). Cumulative samples N advance by
+exactly B_train per step; every record carries N, the x-axis of every learning curve. Phases are timed with
+device-synchronizing timers; evaluation (train.evaluation) is greedy on the task's fixed held-out set and is timed and
+logged separately, never inside `time/step`.
+
+GRPO, PPO and ReMax share this loop, which has no per-algorithm branch: it asks the algorithm what it needs. With
+`needs_greedy_baseline` it also generates one greedy response per prompt and scores it (timed on its own as
+`time/generate_baseline`); with `needs_critic` it holds a `train.critic.Critic`, computes its values before the
+advantages and updates it after the actor (both timed as `time/train_critic`, apart from the actor's `time/train`).
+
+Every step also logs the online gradient noise scale of the actor (and the critic): the update's per-half gradient norms
+give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held in the training state across steps gives
+`gns/b_noise`, in samples.
+
+The loop is handed its rollouts by a source (train.rollout_source): the current policy at the rollout boundary, or
+with `rollout.mode = "async"` a generator process (train.async_rollouts) whose P complete groups may have been
+sampled by older weights, and whose tokens the update weights by a truncated importance ratio (algorithms.offpolicy).
+After the actor's update the loop publishes the new weights to the source. The loop is otherwise the same.
+
+Health (train.health): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
+or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
+console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from batchscale.algorithms.advantages import AdvantageInputs
+from batchscale.algorithms.offpolicy import off_policy_targets
+from batchscale.config import Config, resolved_config
+from batchscale.policy.sequences import collate
+from batchscale.rundir import RunLog, check_out_dir, summarize_run
+from batchscale.rundir.staging import run_destination
+from batchscale.telemetry.tensorboard import TensorBoardMirror
+from batchscale.train.evaluation import evaluate, greedy_rewards
+from batchscale.train.health import CollapseWatch, check_finite_record, check_parameters, check_rewards
+from batchscale.train.rollout_source import RolloutSource, open_rollout_source
+from batchscale.train.run_facts import machine_facts, run_descriptor
+from batchscale.train.state import TrainingState, build_training_state
+
+
+def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
+          log: Callable[[str], None] = print) -> dict:
+    """Run one configuration to its sample budget; returns the summary also written into the run directory.
+
+    An earlier run at `out_dir` (with `overwrite`) is replaced only when the new one finishes (rundir.staging.run_destination).
+    A non-finite reward, loss or gradient norm stops the run at that step with a UserError (train.health)."""
+    run_dir = Path(out_dir)
+    check_out_dir(run_dir, overwrite)
+    state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
+    try:
+        with run_destination(run_dir, overwrite) as write_dir, open_rollout_source(state) as source:
+            return train_into(write_dir, state, source, on_record or (lambda record: None), log)
+    finally:
+        state.task.close()
+
+
+def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit: Callable[[dict], None],
+               log: Callable[[str], None]) -> dict:
+    """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget;
+    summary.json last."""
+    cfg, plan = state.cfg, state.plan
+    descriptor = run_descriptor(cfg)
+    runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
+    mirror = TensorBoardMirror(run_dir) if cfg.run.tensorboard else None
+    start = time.perf_counter()
+    records, notes, collapse = [], [], CollapseWatch()
+
+    def write(record: dict) -> None:
+        check_finite_record(record, plan.lr)  # nothing non-finite reaches the writer: the run stops unfinished here
+        runlog.write(record)
+        records.append(record)
+        if mirror is not None:
+            mirror.write(record)
+        emit(record)
+
+    samples, next_eval = 0, 0
+
+    def eval_now(step: int) -> dict:
+        t0 = time.perf_counter()
+        metrics = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step, cfg.task.reward)
+        record = {"kind": "eval", "step": step, "samples": samples, "wall_s": time.perf_counter() - start,
+                  **metrics, "time/eval": time.perf_counter() - t0}
+        write(record)
+        return record
+
+    try:
+        eval_now(0)
+        next_eval = cfg.run.eval_every_samples
+        for step in range(1, plan.num_steps + 1):
+            record = run_step(step, state, source)
+            samples += plan.samples_per_step
+            record.update(samples=samples, wall_s=time.perf_counter() - start)
+            write(record)
+            check_parameters(step, state.policy.model, plan.lr)  # after the record: its finite numbers are kept
+            if (warning := collapse.update(record)) is not None:
+                notes.append(warning)
+                log(f"warning: {warning}")
+            if samples >= next_eval or step == plan.num_steps:
+                eval_now(step)
+                while next_eval <= samples:
+                    next_eval += cfg.run.eval_every_samples
+    finally:
+        runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
+        if mirror is not None:
+            mirror.close()
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=notes)
+    runlog.finish(summary)
+    return summary.model_dump(mode="json")
+
+
+def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
+    """One rollout boundary and its optimizer update(s). Returns the step record (without samples / wall_s)."""
+    cfg, plan, algorithm, timer, actor = state.cfg, state.plan, state.algorithm, state.timer, state.actor
+    device = actor.model.device
+    timer.reset()
+    with timer.phase("step"):
+        collected = source.take(step)
+        examples, rollouts = collected.examples, collected.rollouts
+        grouped = [ex for ex in examples for _ in range(plan.samples_per_prompt)]  # prompt-major: (P, G)
+        scores = state.task.score(rollouts.texts, grouped)
+        check_rewards(step, scores, cfg.task.reward, rollouts.texts, [ex.answer for ex in grouped])
+        rewards = torch.tensor(scores, dtype=torch.float32)  # (N,)
+        batch = collate(rollouts.prompt_ids, rollouts.response_ids, state.policy.tokenizer.pad_token_id, device)
+        off_policy = None if collected.versions is None else off_policy_targets(
+            rollouts.prompt_ids, rollouts.logprobs, collected.versions, collected.version, batch.response_mask.shape[1],
+            cfg.algorithm.is_cap, device)
+        inputs = AdvantageInputs(rewards.to(device), batch.response_mask, plan.samples_per_prompt,
+                                 cfg.algorithm.normalize_std, gamma=cfg.algorithm.gamma,
+                                 gae_lambda=cfg.algorithm.gae_lambda, whiten=cfg.algorithm.whiten_advantages)
+        if algorithm.needs_greedy_baseline:
+            with timer.phase("generate_baseline"):
+                baseline = greedy_rewards(state.policy, state.engine, state.task, examples, state.sampling, step,
+                                          cfg.task.reward)  # (P,)
+                inputs.baseline_rewards = baseline.to(device)
+        if algorithm.needs_critic:
+            with timer.phase("train_critic"):  # the critic's forward at rollout time is critic work too
+                inputs.values = state.critic.values(batch)  # (N, L-1)
+        advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
+        with timer.phase("train"):
+            actor_stats = actor.update(batch, advantages, off_policy)
+            source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
+        critic_stats = {}
+        if algorithm.needs_critic:
+            with timer.phase("train_critic"):
+                critic_stats = state.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs))
+    seconds = timer.reset()
+    lengths = np.array([len(r) for r in rollouts.response_ids])
+    groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)
+    eos_id = state.policy.tokenizer.eos_token_id
+    return {
+        "kind": "step",
+        "step": step,
+        "prompts": plan.prompts_per_step,
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "reward/zero_std_group_frac": float((groups.std(dim=1, unbiased=False) == 0).float().mean()),  # G=1: 1
+        **({"reward/baseline_mean": float(baseline.mean())} if algorithm.needs_greedy_baseline else {}),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": int(lengths.max()),
+        "response/truncated_frac": float(np.mean([eos_missing(r, eos_id) for r in rollouts.response_ids])),
+        "tokens/generated": int(lengths.sum()),
+        "rollout/active_mean": rollouts.stats.get("active_mean"),
+        # generate, train, step (+ generate_baseline, train_critic)
+        **{f"time/{phase}": phase_s for phase, phase_s in seconds.items()},
+        "lr/actor": actor.optimizer.param_groups[0]["lr"],
+        **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl), gns/grad_sq, gns/trace_sigma
+        **state.noise_scales["actor"].observe(actor_stats),  # gns/b_noise
+        **critic_stats,  # grad_norm/critic, lr/critic, loss/value, critic/explained_variance, gns/critic/...
+        **state.noise_scales["critic"].observe(critic_stats),  # gns/critic/b_noise
+        **collected.record,  # async: async/*, time/generate (the generator's), time/generator_idle
+    }
+
+
+def eos_missing(response_ids: list[int], eos_id: int) -> bool:
+    return not response_ids or response_ids[-1] != eos_id
