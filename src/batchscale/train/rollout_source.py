@@ -57,7 +57,7 @@ class SyncRollouts(contextlib.AbstractContextManager):
         """Nothing to do: the engine generates from the model's own weights."""
 
     def __exit__(self, *exc) -> None:
-        return None
+        """Nothing to stop: no process runs beside the loop."""
 
 
 def open_rollout_source(state) -> RolloutSource:
