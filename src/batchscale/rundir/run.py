@@ -125,6 +125,16 @@ class RunDescriptor(BaseModel):
 
 # --- summary.json ---------------------------------------------------------------------------------------------------
 
+class StoppedRun(BaseModel):
+    """Why a run ended before its budget: a racing sweep's rule (sweep.race) stopped it at an eval boundary."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    reason: Literal["target", "cannot_win"]  # reached the sweep's fixed target / its point can no longer win
+    samples: int  # cumulative samples when it stopped
+    message: str  # for people: "reached the target 0.587 at N = 3,584", "cannot win (T > 41 s at N = 5,120)"
+
+
 class RunSummary(BaseModel):
     """summary.json, one schema for native and imported runs; everything but `finished`, `warnings` and `machine`
     is computed from the records by `summarize_run`, so the two kinds of run can never disagree on what a key means."""
@@ -132,7 +142,7 @@ class RunSummary(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     schema_version: int = SCHEMA_VERSION
-    finished: bool | None  # True: trained to its budget (native); None: unknown (an import cannot tell)
+    finished: bool | None  # True: trained to its budget or to a stop rule (native); None: unknown (an import)
     label: str
     seed: int
     steps: int  # step records
@@ -148,10 +158,11 @@ class RunSummary(BaseModel):
     time_shares: dict[str, float] = {}  # phase -> share of total time/step ("generate", "train", ...)
     warnings: list[str] = []  # what the run noticed about itself (e.g. a reward collapse)
     machine: dict[str, Any] = {}  # where it ran (native): cpu, flags, threads, versions, model_params
+    stopped: StoppedRun | None = None  # set when a racing sweep's rule ended the run before its budget
 
 
 def summarize_run(descriptor: RunDescriptor, records: list[dict], finished: bool | None,
-                  machine: dict | None = None, notes: list[str] = ()) -> RunSummary:
+                  machine: dict | None = None, notes: list[str] = (), stopped: StoppedRun | None = None) -> RunSummary:
     steps = [r for r in records if r["kind"] == "step"]
     scored = [(r["samples"], score) for r in records if r["kind"] == "eval"
               if (score := primary_eval_score(r)) is not None]
@@ -173,7 +184,7 @@ def summarize_run(descriptor: RunDescriptor, records: list[dict], finished: bool
         eval_best=best[1] if best else None, eval_best_samples=int(best[0]) if best else None,
         time_step_mean_s=total_s / len(steps) if total_s else None,
         samples_per_s=len(steps) * descriptor.samples_per_step / total_s if total_s else None,
-        time_shares=shares, warnings=list(notes), machine=dict(machine or {}))
+        time_shares=shares, warnings=list(notes), machine=dict(machine or {}), stopped=stopped)
 
 
 # --- records --------------------------------------------------------------------------------------------------------
@@ -431,10 +442,6 @@ def run_dir_name(label: str, seed: int) -> str:
 
 def sweep_runs_dir(sweep_dir: Path) -> Path:
     return Path(sweep_dir) / RUNS_DIR
-
-
-def write_sweep_points(sweep_dir: Path, points: list[dict]) -> None:
-    write_json_atomic(Path(sweep_dir) / SWEEP_FILE, {"schema_version": SCHEMA_VERSION, "points": points})
 
 
 def validation_error(path: Path, error: ValidationError, fix: str) -> UserError:
