@@ -16,7 +16,7 @@ from batchscale.config import derive_plan
 from batchscale.errors import UserError
 from batchscale.rundir.lock import SweepLock
 from batchscale.rundir.staging import sweep_staging_dir
-from batchscale.sweep.executors import EXECUTORS, run_local, run_ray
+from batchscale.sweep.executors import EXECUTORS, open_executor, run_jobs
 from batchscale.sweep.runner import adopt, available_cores, prebuild_models, prepare_sweep_dir, read_summary
 from batchscale.sweep.spec import Point
 from batchscale.train.progress import console
@@ -96,10 +96,7 @@ def _run_locked(points: list[Point], sweep_dir: Path, executor: str, workers: in
                 elif kind == "done" and name in bars:
                     progress.remove_task(bars.pop(name))
 
-        if executor == "local":
-            outcomes = run_local(jobs, workers, threads, on_events)
-        else:
-            outcomes = run_ray(jobs, threads, address, on_events)
+        outcomes = run_jobs(open_executor(executor, workers, threads, address, on_events), jobs)
         with closing(outcomes):  # leaving early (an error, Ctrl-C) stops the executor's runs at once
             for (point, staging), outcome in outcomes:
                 if (bar := bars.pop(point.name, None)) is not None:

@@ -40,9 +40,9 @@ def init_worker(events, parent_pid: int) -> None:
     _events = events
 
 
-def run_point(config_data: dict, staging: str, name: str, threads: int, events=None) -> dict:
+def run_point(config_data: dict, staging: str, name: str, threads: int, events=None, stop=None) -> dict:
     """Train one point into `staging` (a fresh directory the sweep named); returns its summary. Runs in a worker
-    process; the sweep moves `staging` into place."""
+    process; the sweep moves `staging` into place. `stop`: a racing sweep's rule (sweep.race_rule.StopRule)."""
     from batchscale.config import validate_config
     from batchscale.train.loop import train
 
@@ -56,7 +56,7 @@ def run_point(config_data: dict, staging: str, name: str, threads: int, events=N
         keep = ("kind", "samples", "reward/mean", "eval/accuracy")
         post(("record", name, {k: record[k] for k in keep if k in record}))
 
-    summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None)
+    summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None, stop=stop)
     post(("done", name, summary))
     return summary
 

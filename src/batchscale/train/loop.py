@@ -39,7 +39,7 @@ from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
 from batchscale.config import Config, resolved_config
 from batchscale.policy.sequences import collate
-from batchscale.rundir import RunLog, check_out_dir, summarize_run
+from batchscale.rundir import RunLog, StoppedRun, check_out_dir, summarize_run
 from batchscale.rundir.staging import run_destination
 from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.train.evaluation import evaluate, greedy_rewards
@@ -49,9 +49,14 @@ from batchscale.train.run_facts import machine_facts, run_descriptor
 from batchscale.train.state import TrainingState, build_training_state
 
 
+StopCheck = Callable[[list[dict]], StoppedRun | None]  # after each eval: the records so far -> why to stop, or None
+
+
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
-          log: Callable[[str], None] = print) -> dict:
+          log: Callable[[str], None] = print, stop: StopCheck | None = None) -> dict:
     """Run one configuration to its sample budget; returns the summary also written into the run directory.
+    `stop` (a racing sweep's rule, sweep.race_rule.StopRule) may end it at an eval boundary: the run is then finished,
+    and its summary says where and why it stopped.
 
     An earlier run at `out_dir` (with `overwrite`) is replaced only when the new one finishes (rundir.staging.run_destination).
     A non-finite reward, loss or gradient norm stops the run at that step with a UserError (train.health)."""
@@ -60,15 +65,15 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
     try:
         with run_destination(run_dir, overwrite) as write_dir, open_rollout_source(state) as source:
-            return train_into(write_dir, state, source, on_record or (lambda record: None), log)
+            return train_into(write_dir, state, source, on_record or (lambda record: None), log, stop)
     finally:
         state.task.close()
 
 
 def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit: Callable[[dict], None],
-               log: Callable[[str], None]) -> dict:
-    """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget;
-    summary.json last."""
+               log: Callable[[str], None], stop: StopCheck | None = None) -> dict:
+    """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget, or to
+    the eval at which `stop` says why to end; summary.json last."""
     cfg, plan = state.cfg, state.plan
     descriptor = run_descriptor(cfg)
     runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
@@ -84,7 +89,7 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
             mirror.write(record)
         emit(record)
 
-    samples, next_eval = 0, 0
+    samples, next_eval, stopped = 0, 0, None
 
     def eval_now(step: int) -> dict:
         t0 = time.perf_counter()
@@ -96,8 +101,11 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
 
     try:
         eval_now(0)
+        stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
         next_eval = cfg.run.eval_every_samples
-        for step in range(1, plan.num_steps + 1):
+        step = 0
+        while stopped is None and step < plan.num_steps:
+            step += 1
             record = run_step(step, state, source)
             samples += plan.samples_per_step
             record.update(samples=samples, wall_s=time.perf_counter() - start)
@@ -110,11 +118,15 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
                 eval_now(step)
                 while next_eval <= samples:
                     next_eval += cfg.run.eval_every_samples
+                stopped = stop(records) if stop is not None else None
+        if stopped is not None:
+            log(f"stopped at {samples:,} samples: {stopped.message}")
     finally:
         runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
         if mirror is not None:
             mirror.close()
-    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=notes)
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=notes,
+                            stopped=stopped)
     runlog.finish(summary)
     return summary.model_dump(mode="json")
 

@@ -1,0 +1,180 @@
+"""Run a racing sweep (`sweep --adaptive`): the schedule of sweep.race on an executor, under the sweep's lock.
+
+The sweep file's points give the labels and the first seeds; a label's further seeds (up to `--max-seeds`) are its
+config with `run.seed` replaced, continuing the file's seed list with the next integers. Each seed runs as in a plain
+sweep (a staging directory the sweep names and moves into runs/ when its worker succeeds), with the race's stop rule
+for that seed. After every finished seed the race hears of it, sweep.json is rewritten with the points run so far and
+the race's facts (target, rule, stopped points), and the next seed is decided.
+
+Resuming: a rerun reads the finished runs under runs/ back into the race (N* recomputed at the recorded target) and
+goes on from there; the recorded target is kept, so a rerun cannot move the score runs already stopped at.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from batchscale.analysis import curves, signal, targets
+from batchscale.config import derive_plan, validate_config
+from batchscale.errors import UserError
+from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
+from batchscale.rundir.staging import sweep_staging_dir
+from batchscale.sweep.executors import open_executor
+from batchscale.sweep.race import Job, PointFacts, Race, RaceSettings, answer_of
+from batchscale.sweep.race_rule import SeedResult
+from batchscale.sweep.runner import adopt, prebuild_models, prepare_sweep_dir
+from batchscale.sweep.spec import Point
+
+
+def seed_list(points: list[Point], max_seeds: int) -> list[int]:
+    """The sweep file's seeds in order, continued with the next integers up to `max_seeds`."""
+    seeds = list(dict.fromkeys(p.seed for p in points))
+    while len(seeds) < max_seeds:
+        seeds.append(max(seeds) + 1)
+    return seeds
+
+
+def point_for_seed(template: Point, seed: int) -> Point:
+    data = template.config_data
+    data["run"]["seed"] = seed
+    return Point(f"{template.label}__s{seed}", template.label, seed, validate_config(data))
+
+
+def choose_reference_label(templates: dict[str, Point]) -> str:
+    """As analyze chooses it (analysis.analyze.choose_reference): the smallest samples_per_step among the sqrt-LR
+    labels (all labels when none is), a synchronous one first, then fewer prompts, then the label."""
+    from batchscale.analysis.analyze import is_default_lr_rule
+
+    candidates = [label for label, p in templates.items() if is_default_lr_rule(p.config.optim.lr_rule)] or \
+        list(templates)
+
+    def key(label: str):
+        plan = derive_plan(templates[label].config)
+        return plan.samples_per_step, templates[label].config.rollout.mode != "sync", plan.prompts_per_step, label
+
+    return min(candidates, key=key)
+
+
+def seed_result(run_dir: Path, target: float | None) -> SeedResult:
+    """What a finished run tells the race: N* at `target` (None before the target is fixed), steps' ln q."""
+    run = read_run(run_dir)
+    samples, scores = curves.extract_eval_curve(run)
+    n_star = targets.find_samples_to_target(samples, scores, target) if target is not None else None
+    log_q = tuple(math.log(run.samples_per_step / s["time/step"]) for s in run.steps[1:] if s.get("time/step"))
+    summary = run.summary
+    return SeedResult(run.label, run.seed, n_star, float(summary.samples), log_q, float(summary.wall_s or 0.0),
+                      summary.stopped.reason if summary.stopped is not None else None)
+
+
+def default_target(run_dirs: list[Path]) -> tuple[float | None, str]:
+    """The default rule (analysis.targets) on the reference's first seeds; None when their mean curve does not rise."""
+    seed_curves = [curves.extract_eval_curve(read_run(d)) for d in run_dirs]
+    summary = curves.summarize_seed_curves(seed_curves)
+    learns = signal.measure_learning_signal(seed_curves, summary)
+    if not learns["learns"]:
+        return None, f"none: the reference's first seeds do not learn ({learns['note']})"
+    target = targets.choose_default_target(summary["grid"], summary["mean"])
+    return float(target), (f"default: {targets.DEFAULT_TARGET_FRACTION:.0%} of the way from the reference's initial "
+                           f"to best mean score, on its first {len(run_dirs)} seeds, fixed before any run could stop")
+
+
+def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSettings, target: float | None,
+                        executor: str, workers: int, address: str | None, threads: int, progress, on_events) -> dict:
+    """The race on `executor`, the sweep lock held by the caller (sweep.driver.run_sweep)."""
+    templates = {p.label: p for p in reversed(points)}  # each label's first point
+    templates = {label: templates[label] for label in dict.fromkeys(p.label for p in points)}
+    seeds = seed_list(points, settings.max_seeds)
+    candidates = [point_for_seed(t, seed) for t in templates.values() for seed in seeds[:settings.max_seeds]]
+    by_name = {p.name: p for p in candidates}
+    reference = choose_reference_label(templates)
+    facts = [PointFacts(label, derive_plan(t.config).samples_per_step, derive_plan(t.config).prompts_per_step,
+                        derive_plan(t.config).samples_per_prompt) for label, t in templates.items()]
+    race = Race(facts, reference, seeds, settings)
+    rule = "given by the user (--target)"
+    previous = read_sweep_document(sweep_dir)
+    if previous is not None and previous.race is not None and previous.race.target is not None:
+        if target is not None and not math.isclose(target, previous.race.target):
+            raise UserError("--target", f"this sweep's runs stopped at the target {previous.race.target:.6g}, "
+                            f"recorded in sweep.json; got {target}", "drop --target, or use another --out")
+        target, rule = previous.race.target, previous.race.target_rule
+    if target is not None:
+        race.set_target(target, rule)
+
+    state = prepare_sweep_dir(candidates, sweep_dir)
+    for point in state.finished:
+        race.record(seed_result(sweep_runs_dir(sweep_dir) / point.name, race.target))
+    if state.todo:
+        prebuild_models([templates[label] for label in templates], log=progress.note)
+    full_grid = sum(derive_plan(t.config).num_steps * derive_plan(t.config).samples_per_step for t in templates.values())
+    full_grid *= len(dict.fromkeys(p.seed for p in points))
+    started, in_flight, failed = time.perf_counter(), {}, []
+    launched = [p.name for p in state.finished]
+
+    def save() -> None:
+        write_sweep_points(sweep_dir, [{"name": n, "label": by_name[n].label, "seed": by_name[n].seed}
+                                       for n in launched], RaceFacts(
+            reference=reference, target=race.target, target_rule=race.target_rule or "not fixed yet",
+            initial_seeds=settings.initial_seeds, max_seeds=settings.max_seeds,
+            time_budget_s=settings.time_budget_s, stopped=dict(race.stopped)))
+
+    def fix_target() -> None:
+        runs = [sweep_runs_dir(sweep_dir) / f"{reference}__s{s.seed}" for s in race.results[reference]]
+        value, why = default_target(runs)
+        race.set_target(value, why)
+        progress.note(f"target {value:.4g}: {why}" if value is not None else f"no target: {why}")
+        for run_dir in runs:  # their N* at the target just fixed
+            race.record(seed_result(run_dir, value))
+
+    def planned_left() -> int:
+        return len(in_flight) + sum(max(0, settings.initial_seeds - len(race.results[label]))
+                                    for label in templates if label not in race.stopped)
+
+    pool = open_executor(executor, workers, threads, on_events)
+    try:
+        while True:
+            if race.needs_target and not any(label == reference for label, _ in race.running):
+                fix_target()
+            while len(in_flight) < workers and (job := race.next_job(time.perf_counter() - started)) is not None:
+                point = by_name[f"{job.label}__s{job.seed}"]
+                staging = sweep_staging_dir(sweep_dir, point.name)
+                pool.submit((point, staging), stop=job.stop)
+                in_flight[point.name] = job
+                launched.append(point.name)
+                if job.seed not in seeds[:settings.initial_seeds]:
+                    progress.add_runs(1)
+                    progress.note(f"{job.label}: one more seed ({job.seed}), the decision is still open")
+            save()
+            if not in_flight:
+                break
+            (point, staging), outcome = pool.next_outcome()
+            job = in_flight.pop(point.name)
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, (UserError, BrokenProcessPool)):
+                    raise outcome
+                race.record_failure(job.label, job.seed, str(outcome))
+                failed.append((point.name, outcome))
+                progress.run_failed(point.name, str(outcome), runs_left=planned_left())
+                continue
+            adopt(staging, sweep_dir, point.name)
+            before = set(race.stopped)
+            result = seed_result(sweep_runs_dir(sweep_dir) / point.name, race.target)
+            race.record(result)
+            progress.run_finished(point.name, point.label, point.seed, int(result.samples), outcome.get("eval_end"),
+                                  result.samples_to_target, result.wall_s, runs_left=planned_left())
+            for label in sorted(set(race.stopped) - before):
+                progress.point_stopped(label, race.stopped[label])
+    finally:
+        pool.close()
+    decision = race.decision()
+    trained = sum(s.samples for seeds in race.results.values() for s in seeds)
+    progress.note(f"race over: {race.ended}; {trained:,.0f} samples trained, {trained / full_grid:.0%} of the full grid "
+                  f"({full_grid:,} samples)")
+    return {"race": {"reference": reference, "target": race.target, "target_rule": race.target_rule,
+                     "ended": race.ended, "answer": answer_of(decision) if decision is not None else "none",
+                     "stopped": dict(race.stopped), "samples_trained": trained, "full_grid_samples": full_grid,
+                     "seeds": {label: len(s) for label, s in race.results.items()}},
+            "runs": len(launched), "skipped": len(state.finished), "ran": len(launched) - len(state.finished),
+            "failed": failed}
