@@ -92,10 +92,13 @@ def prepare_sweep_dir(points: list[Point], sweep_dir: Path) -> SweepState:
     return SweepState(finished, todo)
 
 
-def prebuild_models(points: list[Point], log=print) -> None:
-    """Build cached models (the warm-started tiny model, converted GGUF) once here, not once per worker."""
+def prebuild_models(points: list[Point], log=print, heartbeat_s: float | None = None) -> None:
+    """Build cached models (the warm-started tiny model, converted GGUF) once here, not once per worker. A build is
+    a `long_phase` that stays silent while the model is cached: in a log, one that runs prints its start line, a
+    "still working" line at least every `heartbeat_s` seconds (default `train.progress.HEARTBEAT_S`) and its time."""
     from batchscale.policy.load import smollm2_dir
     from batchscale.policy.tiny import build_tiny
+    from batchscale.train.progress import HEARTBEAT_S, long_phase
 
     seen = set()
     for point in points:
@@ -104,10 +107,14 @@ def prebuild_models(points: list[Point], log=print) -> None:
         if key in seen:
             continue
         seen.add(key)
-        if model.name == "tiny":
-            build_tiny(task, log)
-        elif model.name == "smollm2-135m":
-            smollm2_dir(log)
+        if model.name not in ("tiny", "smollm2-135m"):
+            continue
+        title = "the tiny model's warm start" if model.name == "tiny" else "converting smollm2-135m"
+        with long_phase(title, heartbeat_s=heartbeat_s or HEARTBEAT_S, announce=False) as phase:
+            if model.name == "tiny":
+                build_tiny(task, phase.relay(log))
+            else:
+                smollm2_dir(phase.relay(log))
 
 
 def read_summary(sweep_dir: Path, name: str) -> dict:

@@ -28,6 +28,7 @@ import time
 from batchscale.errors import UserError
 from batchscale.rundir import GenerationProfile
 from batchscale.systems.options import load_profiled_policy
+from batchscale.train.progress import in_long_phase
 
 
 def build_workload(task, responses: int, samples_per_prompt: int, seed: int) -> list[str]:
@@ -106,6 +107,7 @@ def engine_cap(engine) -> int:
     return getattr(engine, "max_concurrency", None) or getattr(engine, "max_batch")
 
 
+@in_long_phase("profiling generation (throughput vs concurrency)")
 def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencies: list[int] = (1, 2, 4, 8),
                        backend: str = "engine", samples_per_prompt: int = 8, max_new_tokens: int = 8,
                        temperature: float = 1.0, top_p: float = 1.0, repeats: int = 3, waves: int = 4,

@@ -39,6 +39,7 @@ import time
 from batchscale.errors import UserError
 from batchscale.rundir import TrainingProfile
 from batchscale.systems.options import load_profiled_policy, validate_micro_batch
+from batchscale.train.progress import in_long_phase
 
 PEAK_DTYPES = ("float32", "bfloat16")
 
@@ -151,6 +152,7 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
                for chunk in iter_gradient_chunks(batch, micro_batch_size) for rows in chunk)
 
 
+@in_long_phase("profiling training (time per update vs batch)")
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
                      log=print, compute_dtype: str = "auto", hardware: str | None = None) -> TrainingProfile:
