@@ -121,6 +121,8 @@ def train(
 def demo(
     out: Annotated[Path, typer.Option(help="where the demo writes its sweep, profiles and report")] = Path("runs/demo"),
     quick: Annotated[bool, typer.Option(help="a smaller sweep and profiles (about 2 minutes, for CI)")] = False,
+    time_budget: Annotated[Optional[float], typer.Option(help="seconds for the racing sweep (default: what leaves "
+                                                              "the whole demo, install included, in 10 minutes)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the decision and timings as JSON on stdout")] = False,
 ):
     """The main job: the two-stage procedure end to end on the built-in default (sweep, profiles, analysis, plan, report).
@@ -131,7 +133,7 @@ def demo(
 
     if out.exists() and not out.is_dir():
         raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
-    result = run_demo(out, quick)
+    result = run_demo(out, quick, time_budget)
     if json_out:
         print_json(result)
     else:
@@ -146,16 +148,38 @@ def sweep(
     workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key of every point")] = [],
+    adaptive: Annotated[bool, typer.Option(help="race: stop points that can no longer win, give seeds to the "
+                                                "contenders (README: the racing rule)")] = False,
+    initial_seeds: Annotated[int, typer.Option(help="--adaptive: seeds every point starts with")] = 2,
+    max_seeds: Annotated[Optional[int], typer.Option(help="--adaptive: most seeds a contender gets (default: "
+                                                          "the sweep file's seeds)")] = None,
+    time_budget: Annotated[Optional[float], typer.Option(help="--adaptive: seconds; no seed starts that would "
+                                                              "overrun them")] = None,
+    target: Annotated[Optional[float], typer.Option(help="--adaptive: the score runs stop at (default: the default "
+                                                         "rule on the reference's first seeds)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print the sweep's summaries as JSON on stdout")] = False,
 ):
     """Run every point of a sweep as an ordinary run under DIR/runs/; rerunning resumes."""
     from batchscale.sweep.driver import run_sweep
+    from batchscale.sweep.race import RaceSettings
     from batchscale.sweep.spec import load_sweep_spec
 
+    if not adaptive and (max_seeds is not None or time_budget is not None):
+        raise UserError("--max-seeds/--time-budget", "apply to a racing sweep only", "add --adaptive")
     points = load_sweep_spec(sweep_file, set_)
-    result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address)
+    race = None
+    if adaptive:
+        file_seeds = len({p.seed for p in points})
+        race = RaceSettings(initial_seeds, max_seeds or max(file_seeds, initial_seeds), time_budget)
+    result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address, race=race,
+                       target=target)
     if json_out:
         print_json(result)
+    elif race is not None:
+        facts = result["race"]
+        typer.echo(f"{result['runs']} runs in {result['sweep_dir']}/runs ({result['skipped']} were already finished); "
+                   f"race: {facts['ended']}; {facts['samples_trained']:,.0f} samples trained, "
+                   f"{facts['samples_trained'] / facts['full_grid_samples']:.0%} of the full grid")
     else:
         typer.echo(f"{result['runs']} runs in {result['sweep_dir']}/runs ({result['skipped']} were already finished)")
 

@@ -25,7 +25,8 @@ from batchscale.train.progress import console
 class DemoScale:
     prompts_per_step: tuple[int, ...]  # the sqrt-LR family, G = 8
     control_prompts_per_step: int  # the fixed-LR control
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...]  # the most any point gets; every point starts with `initial_seeds` of them
+    initial_seeds: int
     budget_samples: int
     eval_every_samples: int
     eval_size: int
@@ -34,21 +35,35 @@ class DemoScale:
 
 
 # Every label evaluates at the same sample spacing, and densely: N* of the reference lies near 4,000 samples, so the
-# eval interval that holds a crossing is ~12% of N*. Three seeds: the N* interval is a t-interval across seeds.
-FULL = DemoScale((4, 8, 16, 32, 64), 32, (0, 1, 2), 6144, 512, 256, (1, 2, 4, 8, 16, 32, 64, 128, 256),
+# eval interval that holds a crossing is ~12% of N*. The sweep races (sweep.race): two seeds each to start (the least
+# that gives an interval), up to four for the points the decision cannot yet tell apart.
+FULL = DemoScale((4, 8, 16, 32, 64), 32, (0, 1, 2, 3), 2, 6144, 512, 256, (1, 2, 4, 8, 16, 32, 64, 128, 256),
                  (16, 32, 64, 128, 256))
-QUICK = DemoScale((8, 16, 32), 32, (0,), 1536, 256, 64, (1, 4, 16, 64), (16, 64))
+QUICK = DemoScale((8, 16, 32), 32, (0, 1), 2, 1536, 256, 64, (1, 4, 16, 64), (16, 64))
+
+# `make demo` in 10 minutes on 2 cores: the install (~2 min, outside this process) and the profiles, analysis and
+# report after the sweep (~1.5 min on an AVX2-only CPU) are set aside; the sweep gets the rest, less what this process
+# spent before it. No seed starts that would overrun it (sweep.race).
+DEMO_WALL_S = 600.0
+INSTALL_ALLOWANCE_S = 120.0
+AFTER_SWEEP_ALLOWANCE_S = 90.0
+
+
+def default_time_budget(spent_s: float) -> float:
+    return max(60.0, DEMO_WALL_S - INSTALL_ALLOWANCE_S - AFTER_SWEEP_ALLOWANCE_S - spent_s)
 
 
 def sweep_toml(scale: DemoScale) -> str:
-    return f"""# Written by `batchscale demo`: the learning side of the two-stage procedure.
+    return f"""# Written by `batchscale demo`: the learning side of the two-stage procedure. The demo races it:
+#   batchscale sweep sweep.toml --adaptive --initial-seeds {scale.initial_seeds} --time-budget SECONDS
+# (every point starts with {scale.initial_seeds} seeds; the contenders get up to {len(scale.seeds)}; README: the racing rule)
 seeds = {list(scale.seeds)}
 
 [set]
 "model.name" = "tiny"
 "task.reward" = "digit_match"
 "batch.samples_per_prompt" = 8
-"batch.micro_batch_size" = 32
+"batch.micro_batch_size" = 128
 "batch.reference_samples_per_step" = 128
 "optim.lr" = 1e-5
 "optim.compute_dtype" = "float32"
@@ -66,16 +81,18 @@ seeds = {list(scale.seeds)}
 """
 
 
-def run_demo(out: Path, quick: bool = False) -> dict:
+def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None) -> dict:
     from batchscale.analysis.analyze import analyze
     from batchscale.plan.make import plan_sweep
     from batchscale.report.build import build_report
     from batchscale.rundir import GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE, write_document
     from batchscale.sweep.driver import run_sweep
+    from batchscale.sweep.race import RaceSettings
     from batchscale.sweep.spec import load_sweep_spec
     from batchscale.systems.profile_generation import profile_generation
     from batchscale.systems.profile_training import profile_training
 
+    began = time.perf_counter()
     scale = QUICK if quick else FULL
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -90,7 +107,9 @@ def run_demo(out: Path, quick: bool = False) -> dict:
     mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
     sweep_file = out / "sweep.toml"
     sweep_file.write_text(sweep_toml(scale))
-    run_sweep(load_sweep_spec(sweep_file), out)
+    budget = time_budget_s if time_budget_s is not None else default_time_budget(time.perf_counter() - began)
+    race = RaceSettings(scale.initial_seeds, len(scale.seeds), budget)
+    swept = run_sweep(load_sweep_spec(sweep_file), out, race=race)
     done(mark)
 
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
@@ -112,17 +131,29 @@ def run_demo(out: Path, quick: bool = False) -> dict:
     done(mark)
 
     result = {"out": str(out), "report": str(report), "best": plan["best"], "runner_up": plan["runner_up"],
+              "answer": plan["answer"], "near_optimal": plan["near_optimal"],
               "resolved": plan["resolved"], "why_unresolved": plan["why_unresolved"],
               "explanation": plan["explanation"], "regime": plan["regime"], "reference": plan["reference"],
-              "target": analysis["target"], "seconds": seconds, "rows": plan["rows"]}
+              "target": analysis["target"], "target_rule": analysis["target_rule"], "race": swept["race"],
+              "seconds": seconds, "rows": plan["rows"]}
     write_json_atomic(out / "demo.json", result)
     return result
 
 
 def summarize_demo(result: dict) -> str:
-    verdict = "resolved" if result["resolved"] else f"not resolved: {result['why_unresolved']}"
-    lines = [f"decision: {result['best']} (reference {result['reference']}, target {result['target']})",
-             f"verdict: {verdict}", f"why: {result['explanation']}"]
+    if result["answer"] == "winner":
+        verdict = f"resolved: {result['best']}"
+    elif result["answer"] == "near_optimal":
+        verdict = f"resolved as a near-optimal set: any of {', '.join(result['near_optimal'])}"
+    else:
+        verdict = f"not resolved: {result['why_unresolved']}"
+    race = result["race"]
+    lines = [f"decision: {result['best']} (reference {result['reference']}, target {result['target']:.4g}: "
+             f"{result['target_rule']})",
+             f"verdict: {verdict}", f"why: {result['explanation']}",
+             f"race: {race['ended']}; {race['samples_trained']:,.0f} samples trained, "
+             f"{race['samples_trained'] / race['full_grid_samples']:.0%} of the full grid"]
+    lines += [f"stopped: {label}: {why}" for label, why in race["stopped"].items()]
     regime = result.get("regime")
     if isinstance(regime, dict):
         lines.append(f"regime: {regime.get('name')}: {regime.get('sentence', '')}")

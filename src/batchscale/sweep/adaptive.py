@@ -25,7 +25,7 @@ from batchscale.rundir.staging import sweep_staging_dir
 from batchscale.sweep.executors import open_executor
 from batchscale.sweep.race import Job, PointFacts, Race, RaceSettings, answer_of
 from batchscale.sweep.race_rule import SeedResult
-from batchscale.sweep.runner import adopt, prebuild_models, prepare_sweep_dir
+from batchscale.sweep.runner import adopt, failure_reason, prebuild_models, prepare_sweep_dir
 from batchscale.sweep.spec import Point
 
 
@@ -81,13 +81,23 @@ def default_target(run_dirs: list[Path]) -> tuple[float | None, str]:
                            f"to best mean score, on its first {len(run_dirs)} seeds, fixed before any run could stop")
 
 
+def candidate_points(points: list[Point], max_seeds: int) -> list[Point]:
+    """Every run the race may launch: each label's config at each of its first `max_seeds` seeds."""
+    templates: dict[str, Point] = {}
+    for point in points:
+        templates.setdefault(point.label, point)
+    seeds = seed_list(points, max_seeds)[:max_seeds]
+    return [point_for_seed(t, seed) for t in templates.values() for seed in seeds]
+
+
 def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSettings, target: float | None,
                         executor: str, workers: int, address: str | None, threads: int, progress, on_events) -> dict:
     """The race on `executor`, the sweep lock held by the caller (sweep.driver.run_sweep)."""
-    templates = {p.label: p for p in reversed(points)}  # each label's first point
-    templates = {label: templates[label] for label in dict.fromkeys(p.label for p in points)}
+    templates: dict[str, Point] = {}
+    for point in points:
+        templates.setdefault(point.label, point)
     seeds = seed_list(points, settings.max_seeds)
-    candidates = [point_for_seed(t, seed) for t in templates.values() for seed in seeds[:settings.max_seeds]]
+    candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
     reference = choose_reference_label(templates)
     facts = [PointFacts(label, derive_plan(t.config).samples_per_step, derive_plan(t.config).prompts_per_step,
@@ -106,11 +116,11 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     state = prepare_sweep_dir(candidates, sweep_dir)
     for point in state.finished:
         race.record(seed_result(sweep_runs_dir(sweep_dir) / point.name, race.target))
+    started, in_flight, failed = time.perf_counter(), {}, []  # the budget counts the warm start too
     if state.todo:
-        prebuild_models([templates[label] for label in templates], log=progress.note)
+        prebuild_models(list(templates.values()), log=progress.note)
     full_grid = sum(derive_plan(t.config).num_steps * derive_plan(t.config).samples_per_step for t in templates.values())
     full_grid *= len(dict.fromkeys(p.seed for p in points))
-    started, in_flight, failed = time.perf_counter(), {}, []
     launched = [p.name for p in state.finished]
 
     def save() -> None:
@@ -156,7 +166,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
                     raise outcome
                 race.record_failure(job.label, job.seed, str(outcome))
                 failed.append((point.name, outcome))
-                progress.run_failed(point.name, str(outcome), runs_left=planned_left())
+                progress.run_failed(point.name, failure_reason(outcome), runs_left=planned_left())
                 continue
             adopt(staging, sweep_dir, point.name)
             before = set(race.stopped)

@@ -1,23 +1,24 @@
-"""Drive a sweep: validate every point, lock the sweep directory, skip finished runs, run the rest on an executor,
-with live progress, and move each finished run into place.
-
-The progress display shows runs done / total, and one bar per active run with its samples, reward and eval accuracy.
+"""Drive a sweep: validate every point, lock the sweep directory, skip finished runs, run the rest on an executor
+(all of them, or as a race: sweep.adaptive), with progress (sweep.progress: a live display in a terminal, plain lines
+in a log), and move each finished run into place.
 """
 
 from __future__ import annotations
 
+import math
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from pathlib import Path
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from batchscale.config import derive_plan
 from batchscale.errors import UserError
 from batchscale.rundir.lock import SweepLock
 from batchscale.rundir.staging import sweep_staging_dir
 from batchscale.sweep.executors import EXECUTORS, open_executor, run_jobs
-from batchscale.sweep.runner import adopt, available_cores, prebuild_models, prepare_sweep_dir, read_summary
+from batchscale.sweep.progress import SweepProgress
+from batchscale.sweep.race import RaceSettings
+from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
+                                     read_summary)
 from batchscale.sweep.spec import Point
 from batchscale.train.progress import console
 
@@ -45,75 +46,99 @@ def check_sweep_dir(sweep_dir: Path) -> None:
 
 
 def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", workers: int = 1,
-              address: str | None = None, threads: int | None = None) -> dict:
+              address: str | None = None, threads: int | None = None, race: RaceSettings | None = None,
+              target: float | None = None) -> dict:
     """Run every point not yet finished, holding the sweep directory's lock throughout (a second sweep on the same
-    directory is a UserError naming this one). A point that fails with a UserError (a diverged run, a broken reward)
-    does not stop the others; the sweep then ends with one UserError listing the failed points."""
+    directory is a UserError naming this one). With `race` the sweep races (sweep.race: points start with a few
+    seeds, stop when they can no longer win, seeds go to the contenders); `target` is then the score runs stop at
+    (default: the default rule on the reference's first seeds). A point that fails with a UserError (a diverged run,
+    a broken reward) does not stop the others; the sweep then ends with one UserError listing the failed points."""
     if executor not in EXECUTORS:
         raise UserError("--executor", f"unknown executor {executor!r}", f"choose one of: {', '.join(EXECUTORS)}")
     if workers < 1:
         raise UserError("--workers", f"must be >= 1, got {workers}", "pass --workers 1 or more")
+    if target is not None and race is None:
+        raise UserError("--target", "only a racing sweep stops runs at a target", "add --adaptive, or drop --target")
+    if target is not None and not math.isfinite(target):
+        raise UserError("--target", f"must be a finite score, got {target}", "pass e.g. --target 0.55")
     sweep_dir = Path(sweep_dir)
     check_sweep_dir(sweep_dir)
     check_inputs(points)
     if executor == "local":  # a Ray cluster's nodes may have GPUs its driver lacks
         check_devices(points)
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    threads = threads or max(1, available_cores() // workers)
     with SweepLock(sweep_dir):
+        if race is not None:
+            return _race_locked(points, sweep_dir, race, target, executor, workers, address, threads)
         return _run_locked(points, sweep_dir, executor, workers, address, threads)
 
 
+def event_handler(progress: SweepProgress, totals: dict[str, int]):
+    """The executors' progress events (sweep.runner.run_point posts them) onto the display."""
+    def on_events(events: list) -> None:
+        for kind, name, payload in events:
+            if kind == "start":
+                progress.run_started(name, totals.get(name, 0))
+            elif kind == "record":
+                progress.record(name, payload)
+    return on_events
+
+
+def run_totals(points: list[Point]) -> dict[str, int]:
+    return {p.name: derive_plan(p.config).num_steps * derive_plan(p.config).samples_per_step for p in points}
+
+
+def _race_locked(points, sweep_dir, race, target, executor, workers, address, threads) -> dict:
+    from batchscale.sweep.adaptive import candidate_points, run_adaptive_locked
+
+    candidates = candidate_points(points, race.max_seeds)
+    console.print(f"racing sweep: {len({p.label for p in points})} points, {race.initial_seeds} seeds each to start, "
+                  f"up to {race.max_seeds} for the contenders"
+                  + (f", a time budget of {race.time_budget_s:.0f} s" if race.time_budget_s else "")
+                  + f", on {executor} ({workers} worker(s) x {threads} thread(s))")
+    first = len({p.label for p in points}) * race.initial_seeds
+    with SweepProgress(first, 0, workers=workers) as progress:
+        result = run_adaptive_locked(points, sweep_dir, race, target, executor, workers, address, threads, progress,
+                                     event_handler(progress, run_totals(candidates)))
+    _raise_failures(sweep_dir, result.pop("failed"), result["runs"])
+    return {"sweep_dir": str(sweep_dir), **result}
+
+
 def _run_locked(points: list[Point], sweep_dir: Path, executor: str, workers: int, address: str | None,
-                threads: int | None) -> dict:
+                threads: int) -> dict:
     state = prepare_sweep_dir(points, sweep_dir)
-    threads = threads or max(1, available_cores() // workers)
     console.print(f"sweep: {len(points)} runs, {len(state.finished)} already finished, {len(state.todo)} to run "
                   f"on {executor} ({workers} worker(s) x {threads} thread(s))")
     if state.todo:
         prebuild_models(state.todo, log=console.print)
     summaries = {p.name: read_summary(sweep_dir, p.name) for p in state.finished}
-    totals = {p.name: derive_plan(p.config).num_steps * derive_plan(p.config).samples_per_step for p in state.todo}
     jobs = [(point, sweep_staging_dir(sweep_dir, point.name)) for point in state.todo]
     failed: list[tuple[str, BaseException]] = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console) as progress:
-        overall = progress.add_task("runs", total=len(points), completed=len(state.finished), status="")
-        bars: dict[str, int] = {}
-        reward: dict[str, str] = {}
-
-        def on_events(events: list) -> None:
-            for kind, name, payload in events:
-                if kind == "start":
-                    bars[name] = progress.add_task(name, total=totals[name], status="starting")
-                elif kind == "record" and name in bars:
-                    if "reward/mean" in payload:
-                        reward[name] = f"reward {payload['reward/mean']:.3f}"
-                        progress.update(bars[name], completed=payload["samples"], status=reward[name])
-                    else:
-                        status = f"{reward.get(name, '')}  eval {payload['eval/accuracy']:.3f}"
-                        progress.update(bars[name], completed=payload["samples"], status=status)
-                elif kind == "done" and name in bars:
-                    progress.remove_task(bars.pop(name))
-
-        outcomes = run_jobs(open_executor(executor, workers, threads, address, on_events), jobs)
+    with SweepProgress(len(points), len(state.finished), workers=workers) as progress:
+        pool = open_executor(executor, workers, threads, event_handler(progress, run_totals(state.todo)))
+        outcomes = run_jobs(pool, jobs)
         with closing(outcomes):  # leaving early (an error, Ctrl-C) stops the executor's runs at once
-            for (point, staging), outcome in outcomes:
-                if (bar := bars.pop(point.name, None)) is not None:
-                    progress.remove_task(bar)
-                progress.advance(overall)
+            for left, ((point, staging), outcome) in enumerate(outcomes, 1):
                 if isinstance(outcome, BaseException):
                     if not isinstance(outcome, (UserError, BrokenProcessPool)):
                         raise outcome
                     failed.append((point.name, outcome))
+                    progress.run_failed(point.name, failure_reason(outcome), runs_left=len(jobs) - left)
                     continue
                 adopt(staging, sweep_dir, point.name)  # only a run this sweep started and saw finish is adopted
                 summaries[point.name] = outcome
-    if failed:
-        name, error = failed[0]
-        reason = str(error) if isinstance(error, UserError) else "its worker process died (killed, or out of memory?)"
-        others = f" (and {len(failed) - 1} more: {', '.join(n for n, _ in failed[1:])})" if len(failed) > 1 else ""
-        raise UserError(f"sweep {sweep_dir}", f"{len(failed)} of {len(points)} runs failed; {name}: {reason}{others}",
-                        "fix the cause and rerun the sweep: finished runs are kept, failed ones start again")
+                progress.run_finished(point.name, point.label, point.seed, outcome["samples"], outcome["eval_end"],
+                                      None, outcome["wall_s"] or 0.0, runs_left=len(jobs) - left)
+    _raise_failures(sweep_dir, failed, len(points))
     return {"sweep_dir": str(sweep_dir), "runs": len(points), "skipped": len(state.finished),
             "ran": len(state.todo), "summaries": summaries}
+
+
+def _raise_failures(sweep_dir: Path, failed: list[tuple[str, BaseException]], runs: int) -> None:
+    if not failed:
+        return
+    name, error = failed[0]
+    others = f" (and {len(failed) - 1} more: {', '.join(n for n, _ in failed[1:])})" if len(failed) > 1 else ""
+    raise UserError(f"sweep {sweep_dir}", f"{len(failed)} of {runs} runs failed; {name}: {failure_reason(error)}{others}",
+                    "fix the cause and rerun the sweep: finished runs are kept, failed ones start again")

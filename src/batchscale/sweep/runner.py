@@ -61,6 +61,13 @@ def run_point(config_data: dict, staging: str, name: str, threads: int, events=N
     return summary
 
 
+def failure_reason(error: BaseException) -> str:
+    """A failed run's reason for the user: its UserError, or what a dead worker most likely means."""
+    from batchscale.errors import UserError
+
+    return str(error) if isinstance(error, UserError) else "its worker process died (killed, or out of memory?)"
+
+
 def adopt(staging: Path, sweep_dir: Path, name: str) -> Path:
     """Move a point this sweep trained (its worker reported success) into runs/<name>/."""
     final = sweep_runs_dir(sweep_dir) / name
