@@ -20,7 +20,8 @@ Departures and choices the paper leaves open:
 - N* = 0 (the target met at the first eval) is allowed: such a row has rN = 0 and T = 0 (no score: q/rN is infinite);
   a reference with N* = 0 normalizes nothing, so no row gets a ratio and no winner is named (`why_unresolved` says why).
 - No learning signal (analysis.json `learning_signal` false): the rows are shown, no winner is named.
-- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level: resolve.py.
+- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level, or the answer
+  is a near-optimal set of points that each beat the reference and cannot be told apart: resolve.py.
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
                "choose a higher --target")
         return Decision(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
     best = _pick_best(rows)
-    return Decision(reference, rows, best, *resolve_plan(rows, best, reference))
+    resolution = resolve_plan(rows, best, reference)
+    return Decision(reference, rows, best, runner_up=resolution.runner_up, resolved=resolution.resolved,
+                    why_unresolved=resolution.why_unresolved, answer=resolution.answer,
+                    near_optimal=resolution.near_optimal)
 
 
 def _check_positive(m: ConfigMeasurement) -> None:

@@ -165,6 +165,10 @@ class PlanDocument(Document):
     best: str | None
     runner_up: str | None = None
     resolved: bool = False  # the best beats the runner-up and the reference on log T at the 95% level
+    # which kind of answer (plan/resolve.py): "winner" (resolved), "near_optimal" (a set, `near_optimal`, fastest
+    # first, each member beating the reference and the best not beating the others), "unresolved", "none" (no best)
+    answer: Literal["winner", "near_optimal", "unresolved", "none"] | None = None  # None: a plan.json older than this
+    near_optimal: list[str] = []
     why_unresolved: str | None = None
     explanation: str
     regime: RegimeDocument
