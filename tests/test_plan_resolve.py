@@ -156,7 +156,8 @@ def test_plan_json_console_and_report_say_the_same_set(capsys):
     assert (document["answer"], document["near_optimal"], document["resolved"]) == ("near_optimal", ["p8", "p16"], False)
     sentence = describe_verdict(document)
     assert sentence.startswith("Resolved as a near-optimal set") and "any of p8, p16 (T/T_ref 0.62-0.66" in sentence
-    assert verdict(document) == sentence and headline(document) == "Near-optimal: any of p8, p16 (fastest: p8)"
+    assert verdict(document) == sentence
+    assert headline(document) == "Best configuration: p8, the fastest of a near-optimal set: any of p8, p16"
     print_plan(plan, explanation, regime, document)
     out = " ".join(capsys.readouterr().out.split())
     assert "Best: any of p8, p16 (fastest: p8)." in out and f"Verdict: {sentence}" in out and "~ p16" in out

@@ -136,6 +136,9 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
             style=style,
         )  # fmt: skip
     console.print(table)
+    for r in decision.rows:  # the table may wrap a long cell: say each stopped point whole
+        if r.measurement.extra.get("stopped"):
+            console.print(f"[bold]Stopped:[/bold] {r.label}: {r.measurement.extra['stopped']}.", highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
     console.print(f"[bold]Best:[/bold] {best}. {explanation}", highlight=False)

@@ -13,7 +13,8 @@ on the reference; the reference only normalizes what is shown.
 Departures and choices the paper leaves open:
 - A configuration is *censored* when no seed reached the target (N* unknown) and *partly censored* when some seeds did not
   (N* is then the mean over the seeds that did, a lower bound). Neither can win: a lower bound on N* flatters exactly the
-  large batches whose curves stop aligning. Both are shown, marked.
+  large batches whose curves stop aligning. Both are shown, marked. So is a point a racing sweep stopped because it
+  could no longer win (`extra["stopped"]`, from analysis.json): it cannot win either.
 - Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
   samples_per_step (less memory, nearer the aligned range), then the earlier row.
 - The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
@@ -108,7 +109,7 @@ def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
         time_to_target_s=time_s,
         normalized_time_to_target=r_n / gain,
         score=gain / r_n if r_n > 0 else None,
-        eligible=m.feasible and m.censoring == "reached",
+        eligible=m.feasible and m.censoring == "reached" and not m.extra.get("stopped"),
     )
 
 

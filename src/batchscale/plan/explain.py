@@ -179,11 +179,11 @@ def _pick_loser(plan: Decision, w: PlanRow) -> PlanRow | None:
 
 def _why_ineligible(r: PlanRow) -> str:
     m = r.measurement
-    reasons = []
+    reasons = [f"stopped: {m.extra['stopped']}"] if m.extra.get("stopped") else []
     if not m.feasible:
         reasons.append(f"infeasible: {m.extra['infeasible_because']}" if "infeasible_because" in m.extra
                        else "infeasible on this machine")
-    if m.censoring == "partly censored":
+    if m.censoring == "partly censored" and not m.extra.get("stopped"):
         reasons.append(f"partly censored ({m.seeds_censored} seed(s) never reached the target, so its N* is a lower bound)")
     return " and ".join(reasons)
 

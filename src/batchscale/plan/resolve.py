@@ -124,8 +124,8 @@ def near_optimal_set(rows: list[PlanRow], winner: PlanRow, reference: str) -> tu
             return (), [], compared
         if compared[2] < 0:
             continue
-        if rival is ref:
-            return (), [], f"{winner.label} does not beat the reference {reference} {_within(compared)}"
+        if rival is ref:  # its numbers are in the single-winner reasons already: the reference is always a rival
+            return (), [], f"{winner.label} does not beat the reference {reference} (above)"
         members.append(rival)
         ties.append(f"against {rival.label}: {_ratio(compared)}")
     if len(members) < 2:

@@ -29,7 +29,9 @@ def decision_rows(plan: dict) -> list[tuple[dict, list[str]]]:
     for row in by_batch:
         censoring = row.get("censoring")
         n_star = row.get("samples_to_target")
-        if n_star is None:
+        if row.get("stopped"):
+            n_text = f"stopped: {row['stopped']}"
+        elif n_star is None:
             n_text = "censored"
         else:
             n_text = f"{n_star:,.0f}" + (" (lower bound: partly censored)" if censoring == "partly censored" else "")
@@ -55,7 +57,8 @@ def learning_rows(analysis: dict) -> list[list[str]]:
             label + (" (ref)" if label == analysis.get("reference") else ""),
             format_number(config.get("samples_per_step")), format_number(config.get("lr")),
             str(len(seeds)) if isinstance(seeds, list) else format_number(seeds), rollout_cell(config),
-            format_samples_to_target(config["samples_to_target"]), format_number(config.get("r_n")),
+            format_samples_to_target(config["samples_to_target"], config.get("stopped")),
+            format_number(config.get("r_n")),
             format_number(config.get("update_ratio")), format_number(config.get("aligned")),
             format_number(config.get("grad_norm_actor")),
         ])
@@ -65,7 +68,7 @@ def learning_rows(analysis: dict) -> list[list[str]]:
 def headline(plan: dict) -> str:
     best = plan.get("best")
     if plan.get("answer") == "near_optimal":
-        return f"Near-optimal: any of {', '.join(plan['near_optimal'])} (fastest: {best})"
+        return f"Best configuration: {best}, the fastest of a near-optimal set: any of {', '.join(plan['near_optimal'])}"
     return f"Best configuration: {best}" if best else "No configuration can be recommended"
 
 
@@ -81,7 +84,8 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
     seeds = sorted({s for c in analysis["configs"].values() if isinstance(c.get("seeds"), list) for s in c["seeds"]})
     notes = [
         f"Reference configuration: {plan['reference']}. Target score: {format_number(analysis.get('target'), 4)} "
-        f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}).",
+        f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}); where it came "
+        f"from: {analysis.get('target_rule') or 'not recorded'}.",
         f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run directories under runs/. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
         "N*: first crossing of the target per seed, linearly interpolated between eval points; a seed that never reaches "
