@@ -16,7 +16,7 @@ CONFIG_KEYS = {
     "prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step", "lr",
     "lr_rule", "seeds", "samples_to_target", "r_n",
     "updates_to_target", "update_ratio", "grad_norm_actor", "aligned", "time_to_target_realized", "learns", "r_n_predicted",
-    "rollout_mode", "max_staleness", "staleness_mean",
+    "rollout_mode", "max_staleness", "staleness_mean", "stopped",
 }
 NOISE_SCALE = 1024.0  # the synthetic B_simple and the batch where the sample penalty (1 + B/noise_scale) bites
 

@@ -13,6 +13,9 @@ Default target: see targets.py (80% of the way from the reference's initial to i
 the reference's curve rises clearly above its start (signal.py). When no label does, there is no learning signal:
 analysis.json says so (`learning_signal` false, `why_no_signal`), no N* is measured without a user target, and the plan
 names no winner.
+Where the target came from travels as analysis.json `target_rule`: "given by the user (--target)"; the target a racing
+sweep fixed (sweep.json race.target, used when no --target is given: its runs stopped on reaching exactly that score);
+or the default rule. The report passes the recorded rule back when it recomputes the details.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
 from batchscale.analysis.runs import LoadedRun, load_runs
 from batchscale.errors import DataWarning, UserError
-from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument
+from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target
 
 DEFAULT_LR_RULE = "sqrt"
 CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
@@ -128,9 +131,29 @@ def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
     )
 
 
+USER_TARGET_RULE = "given by the user (--target)"
+
+
+def race_fixed_target(path: Path, target: float | None, score: str) -> tuple[float, str] | None:
+    """(target, rule) of a racing sweep (sweep.json race.target) when none is given: its runs stopped at exactly that
+    score, so another target would misread them. A --target that differs is kept, with a DataWarning; the training
+    reward (--score train-reward) is not the score the race stopped on, so no race target is read for it."""
+    raced = race_target(path) if score == "eval" and Path(path).is_dir() else None
+    if raced is None:
+        return None
+    if target is None:
+        return raced
+    if not math.isclose(target, raced[0], rel_tol=1e-9, abs_tol=1e-12):
+        warnings.warn(f"--target {target:.4g} differs from the target {raced[0]:.4g} the racing sweep fixed; runs "
+                      "stopped on reaching that one, so N* at another target reads them wrongly", DataWarning)
+    return None
+
+
 def resolve_target(target: float | None, reference_summary: dict, reference_signal: dict, learning_signal: bool,
-                   all_scores: np.ndarray) -> tuple[float | None, str]:
-    """The target and how it was chosen (None: no learning signal and none given); warns when it lies outside the
+                   all_scores: np.ndarray, rule: str | None = None) -> tuple[float | None, str]:
+    """The target and how it was chosen (None: no learning signal and none given): `rule` when the caller knows it
+    (a racing sweep's fixed target, or the rule analysis.json recorded, which the report passes back), else
+    "given by the user (--target)" for a given target, else the default rule. Warns when the target lies outside the
     observed scores."""
     if target is None:
         if not learning_signal:
@@ -144,7 +167,7 @@ def resolve_target(target: float | None, reference_summary: dict, reference_sign
     else:
         if not math.isfinite(target):
             raise UserError("--target", f"must be a finite number, got {target}", "pass a score such as 0.5")
-        rule = "given by the user"
+        rule = rule or USER_TARGET_RULE
     if target > np.max(all_scores):
         warnings.warn(
             f"target {target:.4g} is above every observed score (max {np.max(all_scores):.4g}): every seed is censored",
@@ -160,9 +183,11 @@ def resolve_target(target: float | None, reference_summary: dict, reference_sign
 
 
 def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
-                     allow_mixed: bool = False, score: str = "eval") -> tuple[dict, dict]:
+                     allow_mixed: bool = False, score: str = "eval", target_rule: str | None = None) -> tuple[dict, dict]:
     """(analysis.json document, details for plots and report); runs of different tasks or models only with
-    allow_mixed (analysis.runs.load_runs); `score` picks the curve (curves.SCORES)."""
+    allow_mixed (analysis.runs.load_runs); `score` picks the curve (curves.SCORES). `target_rule` says where a given
+    `target` came from (the report passes analysis.json's back); without a target, a racing sweep's fixed one is
+    used (`race_fixed_target`), else the default rule."""
     if not isinstance(smooth_window, int) or smooth_window < 1 or smooth_window % 2 == 0:
         raise UserError("--smooth-window", f"must be an odd number of eval points >= 1, got {smooth_window}",
                         "use 1 for no smoothing, or 3, 5, ... for a centred moving average")
@@ -186,8 +211,12 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     if why_no_signal:
         warnings.warn(why_no_signal, DataWarning)
     all_scores = np.concatenate([j for seed_curves in eval_curves.values() for _, j in seed_curves])
-    target, target_rule = resolve_target(target, summaries[reference], signals[reference], learning_signal, all_scores)
-    if score == "train-reward":
+    raced = race_fixed_target(path, target, score) if target_rule is None else None
+    if raced is not None:
+        target, target_rule = raced
+    target, target_rule = resolve_target(target, summaries[reference], signals[reference], learning_signal, all_scores,
+                                         target_rule)
+    if score == "train-reward" and TRAIN_REWARD_NOTE not in target_rule:
         target_rule += f"; {TRAIN_REWARD_NOTE}"
 
     per_label = {label: measure_label(label, by_label[label], eval_curves[label], target) for label in by_label}
@@ -211,6 +240,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "time_to_target_realized": measured["realized_mean"],
             "learns": signals[label]["learns"],
             "staleness_mean": mean_of_present([r.get(STALENESS_KEY) for run in runs for r in run.steps]),
+            "stopped": cannot_win_message(runs),
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,
@@ -239,6 +269,17 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])
     return result, details
+
+
+def cannot_win_message(runs: list[LoadedRun]) -> str | None:
+    """Why a racing sweep stopped this label's point ("cannot win (T > 41 s at N = 5,120)"), from the first of its
+    seeds whose summary says so; None when none was stopped for that reason. A run stopped on reaching the sweep's
+    target (reason "target") is read as any other: its N* is where it crossed."""
+    for run in runs:
+        stopped = run.summary.stopped if run.summary is not None else None
+        if stopped is not None and stopped.reason == "cannot_win":
+            return stopped.message
+    return None
 
 
 def warn_censoring(by_label: dict[str, list[LoadedRun]], per_label: dict, reference: str, target: float | None) -> None:

@@ -23,9 +23,11 @@ def format_number(value, digits: int = 3) -> str:
     return str(value)
 
 
-def format_samples_to_target(n_star: dict) -> str:
+def format_samples_to_target(n_star: dict, stopped: str | None = None) -> str:
     """mean [ci_low, ci_high] (reached/total), or the mean and why there is no interval ("one seed: uncertainty
-    unknown")."""
+    unknown"); a point a racing sweep stopped reads "stopped: cannot win (T > x s at N = y)" before the counts."""
+    if stopped:
+        return f"stopped: {stopped} ({n_star['reached']}/{n_star['reached'] + n_star['censored']})"
     text = format_number(n_star["mean"], 4)
     if n_star["ci_low"] is not None:
         text += f" [{format_number(n_star['ci_low'], 4)}, {format_number(n_star['ci_high'], 4)}]"
@@ -57,7 +59,7 @@ def build_table_rows(result: dict, details: dict) -> list[list[str]]:
             format_number(extra["lr_rule"]),
             format_number(config["lr"]),
             rollout_cell(config),
-            format_samples_to_target(config["samples_to_target"]),
+            format_samples_to_target(config["samples_to_target"], config.get("stopped")),
             format_number(config.get("time_to_target_realized")),
             format_number(config["r_n"]),
             format_number(config["updates_to_target"], 4),

@@ -97,18 +97,20 @@ def plan(
         from batchscale.analysis.runs import check_mixed_runs
 
         check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused, or warned about
+    document = plan_document(decision, explanation, regime, source).to_json()
     if json_out:
-        sys.stdout.write(json.dumps(plan_document(decision, explanation, regime, source).to_json(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
-        print_plan(decision, explanation, regime)
+        print_plan(decision, explanation, regime, document)
 
 
-def print_plan(decision, explanation: str, regime) -> None:
-    """Rich table to stdout, the winner highlighted, then the explanation and the regime."""
+def print_plan(decision, explanation: str, regime, document: dict) -> None:
+    """Rich table to stdout, the winner highlighted (and a near-optimal set's other members marked ~), then the
+    explanation, the verdict (the report's sentence, from the plan document `--json` prints) and the regime."""
     from rich.console import Console
     from rich.table import Table
 
-    from batchscale.plan.explain import format_duration
+    from batchscale.plan.explain import describe_verdict, format_duration
 
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"Decision: T = N*/q, reference {decision.reference}")
@@ -118,12 +120,15 @@ def print_plan(decision, explanation: str, regime) -> None:
         table.add_column(name, justify="left" if name == "label" else "right")
     for r in decision.rows:
         m = r.measurement
-        style = "bold green" if r.label == decision.best else ("dim" if not r.eligible else None)
+        near = r.label in decision.near_optimal and r.label != decision.best
+        style = "bold green" if r.label == decision.best else ("green" if near else ("dim" if not r.eligible else None))
         censored = {"censored": "censored", "partly censored": "partly cens."}.get(m.censoring)
+        n_star = censored if m.samples_to_target is None else \
+            f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else "")
         table.add_row(
-            ("* " if r.label == decision.best else "") + m.label,
+            ("* " if r.label == decision.best else "~ " if near else "") + m.label,
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
-            censored if m.samples_to_target is None else f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else ""),
+            f"stopped: {m.extra['stopped']}" if m.extra.get("stopped") else n_star,
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
             format_duration(r.time_to_target_s), format_duration(m.extra.get("time_to_target_realized")),
             _fmt(r.normalized_time_to_target, "{:.2f}"),
@@ -131,9 +136,14 @@ def print_plan(decision, explanation: str, regime) -> None:
             style=style,
         )  # fmt: skip
     console.print(table)
-    console.print(f"[bold]Best:[/bold] {decision.best or 'none'}. {explanation}", highlight=False)
-    verdict = "resolved at the 95% level" if decision.resolved else f"unresolved: {decision.why_unresolved}"
-    console.print(f"[bold]Verdict:[/bold] {verdict}; runner-up {decision.runner_up or 'none'}.", highlight=False)
+    for r in decision.rows:  # the table may wrap a long cell: say each stopped point whole
+        if r.measurement.extra.get("stopped"):
+            console.print(f"[bold]Stopped:[/bold] {r.label}: {r.measurement.extra['stopped']}.", highlight=False)
+    best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
+        decision.best or "none"
+    console.print(f"[bold]Best:[/bold] {best}. {explanation}", highlight=False)
+    console.print(f"[bold]Verdict:[/bold] {describe_verdict(document)} Runner-up {decision.runner_up or 'none'}.",
+                  highlight=False)
     console.print(f"[bold]Regime:[/bold] {regime.sentence}", highlight=False)
 
 

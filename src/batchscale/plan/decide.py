@@ -13,14 +13,16 @@ on the reference; the reference only normalizes what is shown.
 Departures and choices the paper leaves open:
 - A configuration is *censored* when no seed reached the target (N* unknown) and *partly censored* when some seeds did not
   (N* is then the mean over the seeds that did, a lower bound). Neither can win: a lower bound on N* flatters exactly the
-  large batches whose curves stop aligning. Both are shown, marked.
+  large batches whose curves stop aligning. Both are shown, marked. So is a point a racing sweep stopped because it
+  could no longer win (`extra["stopped"]`, from analysis.json): it cannot win either.
 - Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
   samples_per_step (less memory, nearer the aligned range), then the earlier row.
 - The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
 - N* = 0 (the target met at the first eval) is allowed: such a row has rN = 0 and T = 0 (no score: q/rN is infinite);
   a reference with N* = 0 normalizes nothing, so no row gets a ratio and no winner is named (`why_unresolved` says why).
 - No learning signal (analysis.json `learning_signal` false): the rows are shown, no winner is named.
-- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level: resolve.py.
+- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level, or the answer
+  is a near-optimal set of points that each beat the reference and cannot be told apart: resolve.py.
 """
 
 from __future__ import annotations
@@ -72,7 +74,10 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
                "choose a higher --target")
         return Decision(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
     best = _pick_best(rows)
-    return Decision(reference, rows, best, *resolve_plan(rows, best, reference))
+    resolution = resolve_plan(rows, best, reference)
+    return Decision(reference, rows, best, runner_up=resolution.runner_up, resolved=resolution.resolved,
+                    why_unresolved=resolution.why_unresolved, answer=resolution.answer,
+                    near_optimal=resolution.near_optimal)
 
 
 def _check_positive(m: ConfigMeasurement) -> None:
@@ -104,7 +109,7 @@ def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
         time_to_target_s=time_s,
         normalized_time_to_target=r_n / gain,
         score=gain / r_n if r_n > 0 else None,
-        eligible=m.feasible and m.censoring == "reached",
+        eligible=m.feasible and m.censoring == "reached" and not m.extra.get("stopped"),
     )
 
 

@@ -15,7 +15,10 @@ tentative when the fit's B_90 lies beyond either). A missing or non-positive est
 The explanation names the winner's rN, throughput gain and T/T_ref, then one loser: the next larger eligible batch when
 there is one (why going bigger stops paying), else the runner-up (a loser whose T/T_ref is level with the winner's to
 the digits shown is called level, not above); the fastest row that was ruled out (infeasible or censored), if it would
-have been faster; whether the win is resolved (resolve.py) and, if not, why; and a row that decodes in waves.
+have been faster; whether the win is resolved (resolve.py) and, if not, why; and a row that decodes in waves. When the
+answer is a near-optimal set (resolve.py), it opens with the set ("Any of P8, P16 (T/T_ref 0.64-0.68; each beats the
+reference; the difference between them is within the noise)"), then the fastest member, and the loser is chosen
+outside the set.
 """
 
 from __future__ import annotations
@@ -78,8 +81,14 @@ def explain_decision(plan: Decision) -> str:
     if plan.best is None:
         return _explain_no_winner(plan)
     winner = plan.row(plan.best)
-    unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
-    parts = [_describe_winner(winner, plan.reference) + (f", {unresolved}" if unresolved else "")]
+    if plan.answer == "near_optimal":
+        members = [plan.row(label) for label in plan.near_optimal]
+        tied = describe_near_optimal(plan.near_optimal, [r.normalized_time_to_target for r in members])
+        fastest = _describe_winner(winner, plan.reference).replace(" wins: ", " is the fastest: ", 1)
+        parts = [f"{tied[0].upper()}{tied[1:]}", fastest]
+    else:
+        unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
+        parts = [_describe_winner(winner, plan.reference) + (f", {unresolved}" if unresolved else "")]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))
@@ -92,6 +101,34 @@ def explain_decision(plan: Decision) -> str:
     if waves:
         parts.append(f"{winner.label}'s {waves}")
     return "; ".join(parts) + "."
+
+
+def describe_near_optimal(labels, normalized_times) -> str:
+    """"any of A, B (T/T_ref 0.64-0.68; each beats the reference; the difference between them is within the noise)"."""
+    known = [t for t in normalized_times if t is not None]
+    spread = f"T/T_ref {min(known):.2f}-{max(known):.2f}; " if known else ""
+    return (f"any of {', '.join(labels)} ({spread}each beats the reference; the difference between them is within "
+            "the noise)")
+
+
+def describe_verdict(plan: dict) -> str:
+    """The verdict in one sentence from the plan document (`rundir.PlanDocument` as JSON), for `plan` and the report
+    alike: a resolved winner, a resolved near-optimal set, or why neither. A plan.json older than `answer` is read
+    from `resolved`."""
+    best, answer = plan.get("best"), plan.get("answer")
+    if answer is None:
+        answer = "none" if best is None else ("winner" if plan.get("resolved") else "unresolved")
+    if answer == "winner":
+        rivals = " and ".join(dict.fromkeys(r for r in (plan.get("runner_up"), plan["reference"]) if r and r != best))
+        return (f"Resolved: {best} reaches the target sooner than {rivals or 'every other row'} at the 95% level "
+                "(test on log T over seeds and steps).")
+    if answer == "near_optimal":
+        labels = plan["near_optimal"]
+        times = {r["label"]: r.get("normalized_time_to_target") for r in plan["rows"]}
+        return (f"Resolved as a near-optimal set at the 95% level (test on log T over seeds and steps): "
+                f"{describe_near_optimal(labels, [times.get(label) for label in labels])}; {best} beats every other "
+                "eligible row.")
+    return f"Unresolved: {plan.get('why_unresolved') or 'no winner'}."
 
 
 def format_duration(seconds: float | None) -> str:
@@ -129,8 +166,9 @@ def _describe_loser(r: PlanRow, w: PlanRow) -> str:
 
 
 def _pick_loser(plan: Decision, w: PlanRow) -> PlanRow | None:
-    """The next larger eligible batch than the winner's if batch sizes are known, else the eligible runner-up."""
-    others = [r for r in plan.rows if r.eligible and r.label != w.label]
+    """The next larger eligible batch than the winner's if batch sizes are known, else the eligible runner-up; with a
+    near-optimal set, a row outside the set (its members do not lose)."""
+    others = [r for r in plan.rows if r.eligible and r.label != w.label and r.label not in plan.near_optimal]
     w_batch = w.measurement.samples_per_step
     if w_batch is not None:
         larger = [r for r in others if (r.measurement.samples_per_step or 0) > w_batch]
@@ -141,11 +179,11 @@ def _pick_loser(plan: Decision, w: PlanRow) -> PlanRow | None:
 
 def _why_ineligible(r: PlanRow) -> str:
     m = r.measurement
-    reasons = []
+    reasons = [f"stopped: {m.extra['stopped']}"] if m.extra.get("stopped") else []
     if not m.feasible:
         reasons.append(f"infeasible: {m.extra['infeasible_because']}" if "infeasible_because" in m.extra
                        else "infeasible on this machine")
-    if m.censoring == "partly censored":
+    if m.censoring == "partly censored" and not m.extra.get("stopped"):
         reasons.append(f"partly censored ({m.seeds_censored} seed(s) never reached the target, so its N* is a lower bound)")
     return " and ".join(reasons)
 

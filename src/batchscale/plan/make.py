@@ -96,6 +96,8 @@ def plan_document(decision: Decision, explanation: str, regime: Regime, source: 
         "best": decision.best,
         "runner_up": decision.runner_up,
         "resolved": decision.resolved,
+        "answer": decision.answer,
+        "near_optimal": list(decision.near_optimal),
         "why_unresolved": decision.why_unresolved,
         "explanation": explanation,
         "regime": {

@@ -15,11 +15,29 @@ a run are treated as independent draws of ln q, which understates q's variance w
 
 Nothing is resolved from one seed ("one seed: uncertainty unknown"), from a table without per-seed spread, or when a
 row's N* is 0 (no logarithm); `why_unresolved` says which.
+
+The answer (`Decision.answer`) is one of four kinds:
+- "winner": resolved as above (`resolved` is True for this answer only).
+- "near_optimal": the answer is a set. With b the best (the winner above), S = {b} + {eligible r other than the
+  reference: b does not beat r at 95%, i.e. the high end of compare_log_time(b, r) is >= 0}. A set answer requires
+  |S| >= 2; every member of S beats the reference at 95% (the reference is never in S, so b is not the reference);
+  every comparison could be formed (no one-seed or unknown-spread reason anywhere); and b beats every eligible row
+  outside S at 95% (so the reference, when eligible, is beaten by b). Rows that are not eligible (infeasible,
+  censored or partly censored, stopped by a racing sweep) cannot win and are left out, as for a single winner.
+  `near_optimal` lists S fastest first; `why_unresolved` then says why there is no single winner (b cannot be told
+  apart from the others; each beats the reference), which the set does not contradict. In words: "any of P8, P16
+  (T/T_ref 0.64-0.68; each beats the reference; the difference between them is within the noise)".
+- "unresolved": neither; `why_unresolved` gives the single-winner reasons and, after "no near-optimal set:", the
+  first condition of the set rule that failed.
+- "none": no eligible row, or nothing to decide on (compute_plan's no_decision): `best` is None.
+The single-winner test comes first: a best that beats the runner-up and the reference is a winner even when some
+slower row has too wide an interval to be beaten.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from batchscale.analysis.intervals import ONE_SEED, student_quantile
 from batchscale.plan.rows import ConfigMeasurement, PlanRow
@@ -53,29 +71,86 @@ def compare_log_time(winner: ConfigMeasurement, rival: ConfigMeasurement,
     return difference, difference - half_width, difference + half_width
 
 
-def resolve_plan(rows: list[PlanRow], best: str | None, reference: str) -> tuple[str | None, bool, str | None]:
-    """(runner_up, resolved, why_unresolved) for the plan's winner."""
+@dataclass(frozen=True)
+class Resolution:
+    """What the test on log T makes of the plan's winner: the Decision fields runner_up .. near_optimal."""
+
+    runner_up: str | None
+    resolved: bool
+    why_unresolved: str | None
+    answer: str  # "winner" | "near_optimal" | "unresolved" | "none" (rows.ANSWERS)
+    near_optimal: tuple[str, ...] = ()
+
+
+def resolve_plan(rows: list[PlanRow], best: str | None, reference: str) -> Resolution:
+    """A single winner, else a near-optimal set, else unresolved (module docstring)."""
     if best is None:
-        return None, False, "no configuration is eligible to win (infeasible, or censored in a seed)"
+        return Resolution(None, False, "no configuration is eligible to win (infeasible, or censored in a seed)", "none")
     ranked = sorted((r for r in rows if r.eligible and r.label != best), key=lambda r: r.time_to_target_s)
     runner_up = ranked[0] if ranked else None
-    winner = next(r for r in rows if r.label == best)
-    rivals = [r for r in (runner_up, next(r for r in rows if r.label == reference)) if r is not None and r is not winner]
+    winner = _row(rows, best)
+    rivals = [r for r in (runner_up, _row(rows, reference)) if r is not None and r is not winner]
     rivals = list({r.label: r for r in rivals}.values())
     if winner.measurement.seeds_reached == 1:
-        return _label(runner_up), False, f"{best}: {ONE_SEED}"
+        return Resolution(_label(runner_up), False, f"{best}: {ONE_SEED}", "unresolved")
     reasons = []
     for rival in rivals:
         compared = compare_log_time(winner.measurement, rival.measurement)
         if isinstance(compared, str):
             reasons.append(compared)
         elif compared[2] >= 0:
-            d, low, high = compared
             role = "the runner-up" if rival is runner_up else "the reference"
-            reasons.append(f"{best} does not beat {role} {rival.label} at the {CONFIDENCE:.0%} level: T ratio "
-                           f"{math.exp(d):.2f}, {CONFIDENCE:.0%} interval [{math.exp(low):.2f}, {math.exp(high):.2f}] "
-                           "includes 1")
-    return _label(runner_up), not reasons, "; ".join(reasons) or None
+            reasons.append(f"{best} does not beat {role} {rival.label} {_within(compared)}")
+    if not reasons:
+        return Resolution(_label(runner_up), True, None, "winner")
+    members, ties, why_not = near_optimal_set(rows, winner, reference)
+    if members:
+        why = (f"no single winner: {best} cannot be told apart from {', '.join(members[1:])} at the "
+               f"{CONFIDENCE:.0%} level ({'; '.join(ties)}), but each of them beats the reference")
+        return Resolution(_label(runner_up), False, why, "near_optimal", members)
+    return Resolution(_label(runner_up), False, "; ".join(reasons) + f"; no near-optimal set: {why_not}", "unresolved")
+
+
+def near_optimal_set(rows: list[PlanRow], winner: PlanRow, reference: str) -> tuple[tuple[str, ...], list[str], str]:
+    """(S fastest first, the tie sentences, "") when the rule of the module docstring gives a set; else ((), [], why)."""
+    if winner.label == reference:
+        return (), [], f"the fastest, {winner.label}, is the reference itself"
+    ref = _row(rows, reference)
+    members, ties = [winner], []
+    others = sorted((r for r in rows if r.eligible and r is not winner), key=lambda r: r.time_to_target_s)
+    for rival in others + ([] if ref.eligible else [ref]):
+        compared = compare_log_time(winner.measurement, rival.measurement)
+        if isinstance(compared, str):
+            return (), [], compared
+        if compared[2] < 0:
+            continue
+        if rival is ref:  # its numbers are in the single-winner reasons already: the reference is always a rival
+            return (), [], f"{winner.label} does not beat the reference {reference} (above)"
+        members.append(rival)
+        ties.append(f"against {rival.label}: {_ratio(compared)}")
+    if len(members) < 2:
+        return (), [], f"{winner.label} beats every other eligible row"
+    for member in members[1:]:
+        compared = compare_log_time(member.measurement, ref.measurement)
+        if isinstance(compared, str):
+            return (), [], compared
+        if compared[2] >= 0:
+            return (), [], (f"{member.label}, which {winner.label} does not beat, does not beat the reference "
+                            f"{reference} {_within(compared)}")
+    return tuple(m.label for m in members), ties, ""
+
+
+def _ratio(compared: tuple[float, float, float]) -> str:
+    d, low, high = compared
+    return f"T ratio {math.exp(d):.2f}, {CONFIDENCE:.0%} interval [{math.exp(low):.2f}, {math.exp(high):.2f}]"
+
+
+def _within(compared: tuple[float, float, float]) -> str:
+    return f"at the {CONFIDENCE:.0%} level: {_ratio(compared)} includes 1"
+
+
+def _row(rows: list[PlanRow], label: str) -> PlanRow:
+    return next(r for r in rows if r.label == label)
 
 
 def _label(row: PlanRow | None) -> str | None:

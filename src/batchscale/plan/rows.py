@@ -53,10 +53,19 @@ class PlanRow:
         return self.measurement.label
 
 
+ANSWERS = ("winner", "near_optimal", "unresolved", "none")
+
+
 @dataclass(frozen=True)
 class Decision:
     """The decision table and its winner (None when no row is eligible, or there is nothing to decide on), the
-    runner-up, and whether the winner beats both the runner-up and the reference at the 95% level (resolve.py)."""
+    runner-up, and which kind of answer the test on log T gives (resolve.py):
+
+    - "winner": the best beats both the runner-up and the reference at the 95% level (`resolved` is True only here);
+    - "near_optimal": no single winner, but a set of points (`near_optimal`, fastest first, the best among them) each
+      beats the reference and the best cannot be told apart from the others;
+    - "unresolved": neither (`why_unresolved` says why);
+    - "none": nothing to decide on, or no eligible row (`best` is None)."""
 
     reference: str
     rows: list[PlanRow]
@@ -65,6 +74,17 @@ class Decision:
     resolved: bool = False
     why_unresolved: str | None = None
     no_decision: str | None = None  # why there is nothing to decide on (no learning signal, reference N* = 0)
+    answer: str = "none"
+    near_optimal: tuple[str, ...] = ()  # labels, fastest first; empty unless answer == "near_optimal"
+
+    def __post_init__(self) -> None:
+        if self.answer not in ANSWERS:
+            raise ValueError(f"answer must be one of {ANSWERS}, got {self.answer!r}")
+        if self.resolved != (self.answer == "winner") or bool(self.near_optimal) != (self.answer == "near_optimal"):
+            raise ValueError(f"answer {self.answer!r} disagrees with resolved={self.resolved} and "
+                             f"near_optimal={self.near_optimal}")
+        if (self.best is None) != (self.answer == "none"):
+            raise ValueError(f"answer {self.answer!r} disagrees with best={self.best!r}")
 
     def row(self, label: str) -> PlanRow:
         return next(r for r in self.rows if r.label == label)

@@ -19,8 +19,8 @@ resolution test (resolve.py) the sd of ln(samples_per_step / time/step) over tho
 with q.
 
 Realized time-to-target (analysis.json `time_to_target_realized`: time/step summed up to the crossing, warm-up included)
-is passed through beside T = N*/q. The batch facts the memory check needs, generation_batch and max_concurrency, come
-from the runs' run.json.
+is passed through beside T = N*/q, and so is `stopped` (why a racing sweep stopped the point: it cannot win). The
+batch facts the memory check needs, generation_batch and max_concurrency, come from the runs' run.json.
 
 N* is analysis.json's mean over the seeds that reached the target (with the mean and sd of ln N* for the resolution
 test); rN is recomputed here as a ratio of those means (which may differ from analysis.json's own r_n if that was
@@ -175,6 +175,7 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
             "train_s": _mean_or_none([r.train_s for r in runs]),
             "time_to_target_realized": cfg.time_to_target_realized,
             "throughput_warmup_only": not stable,
+            "stopped": cfg.stopped,
         },
     )
 

@@ -28,6 +28,7 @@ th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f3f3f3; }
 tr.winner td { background: #c8e6c9; font-weight: 600; }
+tr.near td { background: #e8f5e9; }
 tr.ineligible td { color: #888; }
 .figures { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 1em; }
 figure { margin: 0; }
@@ -67,11 +68,13 @@ def render_decision(inputs: ReportInputs) -> str:
 
 
 def render_decision_table(inputs: ReportInputs) -> str:
-    best = inputs.plan.get("best")
+    best, near = inputs.plan.get("best"), inputs.plan.get("near_optimal") or []
     rows = []
     for row, cells in decision_rows(inputs.plan):
-        css = "winner" if row["label"] == best else (None if row.get("eligible", True) else "ineligible")
-        rows.append((css, (["\u2605 " + cells[0]] if css == "winner" else [cells[0]]) + cells[1:]))
+        css = "winner" if row["label"] == best else (
+            "near" if row["label"] in near else (None if row.get("eligible", True) else "ineligible"))
+        mark = {"winner": "\u2605 ", "near": "\u2248 "}.get(css, "")
+        rows.append((css, [mark + cells[0]] + cells[1:]))
     return render_table(DECISION_HEADER, rows, "decision-table")
 
 
@@ -97,7 +100,9 @@ def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
         render_decision(inputs),
         "<h2>Decision table</h2>",
         render_decision_table(inputs),
-        '<p class="muted">\u2605 the winner. Grey rows cannot win: infeasible, or censored in at least one seed.</p>',
+        '<p class="muted">\u2605 the winner (the fastest, when the answer is a near-optimal set; \u2248 the set\'s '
+        'other members). Grey rows cannot win: infeasible, censored in at least one seed, or stopped by a racing '
+        'sweep.</p>',
         "<h2>Figures</h2>",
         '<div class="figures">', *(render_figure(f) for f in figures), "</div>",
         "<h2>Learning side (analysis.json)</h2>",

@@ -50,8 +50,8 @@ def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_pro
     analysis = read_document(sweep_dir / ANALYSIS_FILE, AnalysisDocument)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # analyze already reported them when it wrote analysis.json
-        _, details = compute_analysis(sweep_dir, analysis.target, analysis.reference,
-                                      analysis.smooth_window, allow_mixed)
+        _, details = compute_analysis(sweep_dir, analysis.target, analysis.reference, analysis.smooth_window,
+                                      allow_mixed, analysis.score, target_rule=analysis.target_rule)
     generation_path = Path(plan.generation_profile) if plan.generation_profile else None
     training_path = find_training_profile(sweep_dir, training_profile)
     machine, total, with_summary = read_machine(sweep_dir)

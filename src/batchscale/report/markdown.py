@@ -32,11 +32,13 @@ def figure_link(figure: Figure, out_dir: Path) -> str:
 
 def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) -> str:
     plan = inputs.plan
-    best = plan.get("best")
+    best, near = plan.get("best"), plan.get("near_optimal") or []
     table = []
     for row, cells in decision_rows(plan):
         if row["label"] == best:
             cells = [f"**\u2605 {cells[0]}**"] + cells[1:]
+        elif row["label"] in near:
+            cells = [f"\u2248 {cells[0]}"] + cells[1:]
         table.append(cells)
     lines = [
         f"# batchscale report: {inputs.sweep_dir.name}",
@@ -55,7 +57,8 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         "",
         *render_table(DECISION_HEADER, table),
         "",
-        "\u2605 the winner. Rows that cannot win: infeasible, or censored in at least one seed.",
+        ("\u2605 the winner (the fastest, when the answer is a near-optimal set; \u2248 the set's other members). "
+         "Rows that cannot win: infeasible, censored in at least one seed, or stopped by a racing sweep."),
         "",
         "## Figures",
         "",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target, rollout_cell
-from batchscale.plan.explain import format_duration
+from batchscale.plan.explain import describe_verdict, format_duration
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
@@ -29,7 +29,9 @@ def decision_rows(plan: dict) -> list[tuple[dict, list[str]]]:
     for row in by_batch:
         censoring = row.get("censoring")
         n_star = row.get("samples_to_target")
-        if n_star is None:
+        if row.get("stopped"):
+            n_text = f"stopped: {row['stopped']}"
+        elif n_star is None:
             n_text = "censored"
         else:
             n_text = f"{n_star:,.0f}" + (" (lower bound: partly censored)" if censoring == "partly censored" else "")
@@ -55,7 +57,8 @@ def learning_rows(analysis: dict) -> list[list[str]]:
             label + (" (ref)" if label == analysis.get("reference") else ""),
             format_number(config.get("samples_per_step")), format_number(config.get("lr")),
             str(len(seeds)) if isinstance(seeds, list) else format_number(seeds), rollout_cell(config),
-            format_samples_to_target(config["samples_to_target"]), format_number(config.get("r_n")),
+            format_samples_to_target(config["samples_to_target"], config.get("stopped")),
+            format_number(config.get("r_n")),
             format_number(config.get("update_ratio")), format_number(config.get("aligned")),
             format_number(config.get("grad_norm_actor")),
         ])
@@ -64,19 +67,15 @@ def learning_rows(analysis: dict) -> list[list[str]]:
 
 def headline(plan: dict) -> str:
     best = plan.get("best")
+    if plan.get("answer") == "near_optimal":
+        return f"Best configuration: {best}, the fastest of a near-optimal set: any of {', '.join(plan['near_optimal'])}"
     return f"Best configuration: {best}" if best else "No configuration can be recommended"
 
 
 def verdict(plan: dict) -> str:
-    """Whether the decision is resolved by the test on log T (plan/resolve.py), and against whom."""
-    if plan.get("best") is None:
-        return f"Unresolved: {plan.get('why_unresolved') or 'no winner'}."
-    if plan.get("resolved"):
-        rivals = " and ".join(dict.fromkeys(r for r in (plan.get("runner_up"), plan["reference"])
-                                            if r and r != plan["best"]))
-        return (f"Resolved: {plan['best']} reaches the target sooner than {rivals or 'every other row'} at the 95% "
-                "level (test on log T over seeds and steps).")
-    return f"Unresolved: {plan.get('why_unresolved')}."
+    """Whether the decision is resolved by the test on log T (plan/resolve.py): a winner, a near-optimal set, or why
+    neither; the same sentence `batchscale plan` prints."""
+    return describe_verdict(plan)
 
 
 def measurement_notes(inputs: ReportInputs) -> list[str]:
@@ -85,7 +84,8 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
     seeds = sorted({s for c in analysis["configs"].values() if isinstance(c.get("seeds"), list) for s in c["seeds"]})
     notes = [
         f"Reference configuration: {plan['reference']}. Target score: {format_number(analysis.get('target'), 4)} "
-        f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}).",
+        f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}); where it came "
+        f"from: {analysis.get('target_rule') or 'not recorded'}.",
         f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run directories under runs/. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
         "N*: first crossing of the target per seed, linearly interpolated between eval points; a seed that never reaches "
@@ -94,7 +94,9 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
         "A configuration with any censored seed cannot win (its N* is only a lower bound). Realized T: time/step summed "
         "up to each seed's crossing (warm-up step included), mean over reached seeds.",
         "Resolved: the winner beats the runner-up and the reference at the 95% level on log T = ln N* - ln q, with the "
-        "variance of ln N* across seeds and of ln q across steps (Welch t); otherwise the report says why not.",
+        "variance of ln N* across seeds and of ln q across steps (Welch t). Resolved as a near-optimal set: the best "
+        "cannot be told apart from some eligible points, each of which beats the reference, and it beats every other "
+        "eligible point (plan/resolve.py); otherwise the report says why neither.",
         f"Alignment: D = mean |J - J_ref| / pooled seed sd over the common sample range; aligned when "
         f"D <= {alignment.ALIGNMENT_THRESHOLD}.",
         f"Throughput q (samples/s): {plan.get('throughput_method')}. T = N*/q; T/T_ref = rN / (q/q_ref); the winner is "

@@ -81,6 +81,7 @@ class LabelAnalysis(Strict):
     rollout_mode: Literal["sync", "async"] = "sync"  # run.json's: each mode is its own label
     max_staleness: int | None = None  # async: the bound k on policy versions a consumed sample may lag
     staleness_mean: float | None = None  # async: async/staleness_mean over every step and seed
+    stopped: str | None = None  # a racing sweep stopped the point: "cannot win (T > 41 s at N = 5,120)" (summary.json)
 
 
 class NoiseScaleValue(Strict):
@@ -156,6 +157,7 @@ class PlanRowDocument(Strict):
     throughput_warmup_only: bool = False  # no step after the warm-up step: q includes warm-up
     decode_batch: int | None = None  # sequences decoding at once per replica (plan/memory.py)
     throughput_capped_at: int | None = None  # B_train decodes in waves of this many sequences
+    stopped: str | None = None  # analysis.json's: why a racing sweep stopped the point (it cannot win)
 
 
 class PlanDocument(Document):
@@ -165,6 +167,10 @@ class PlanDocument(Document):
     best: str | None
     runner_up: str | None = None
     resolved: bool = False  # the best beats the runner-up and the reference on log T at the 95% level
+    # which kind of answer (plan/resolve.py): "winner" (resolved), "near_optimal" (a set, `near_optimal`, fastest
+    # first, each member beating the reference and the best not beating the others), "unresolved", "none" (no best)
+    answer: Literal["winner", "near_optimal", "unresolved", "none"] | None = None  # None: a plan.json older than this
+    near_optimal: list[str] = []
     why_unresolved: str | None = None
     explanation: str
     regime: RegimeDocument
