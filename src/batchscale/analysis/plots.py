@@ -98,7 +98,9 @@ def plot_r_n(result: dict, temporary: Path) -> Path:
         n_star = config["samples_to_target"]
         error = None
         if n_star["ci_low"] is not None and reference_n:
-            error = [[config["r_n"] - n_star["ci_low"] / reference_n], [n_star["ci_high"] / reference_n - config["r_n"]]]
+            low, high = n_star["ci_low"] / reference_n, n_star["ci_high"] / reference_n
+            # max(0, .): seeds with equal N* give an interval of zero width, off the mean only by rounding
+            error = [[max(0.0, config["r_n"] - low)], [max(0.0, high - config["r_n"])]]
         marker = "o" if config["aligned"] else "x"
         ax.errorbar(config["samples_per_step"], config["r_n"], yerr=error, fmt=marker, capsize=3, label=label)
     plot_predicted_penalty(ax, result)

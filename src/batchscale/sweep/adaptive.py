@@ -23,7 +23,7 @@ from batchscale.errors import UserError
 from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
 from batchscale.rundir.staging import sweep_staging_dir
 from batchscale.sweep.executors import open_executor
-from batchscale.sweep.race import Job, PointFacts, Race, RaceSettings, answer_of
+from batchscale.sweep.race import PointFacts, Race, RaceSettings
 from batchscale.sweep.race_rule import SeedResult
 from batchscale.sweep.runner import adopt, failure_reason, prebuild_models, prepare_sweep_dir
 from batchscale.sweep.spec import Point
@@ -142,7 +142,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
         return len(in_flight) + sum(max(0, settings.initial_seeds - len(race.results[label]))
                                     for label in templates if label not in race.stopped)
 
-    pool = open_executor(executor, workers, threads, on_events)
+    pool = open_executor(executor, workers, threads, address, on_events)
     try:
         while True:
             if race.needs_target and not any(label == reference for label, _ in race.running):
@@ -183,7 +183,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     progress.note(f"race over: {race.ended}; {trained:,.0f} samples trained, {trained / full_grid:.0%} of the full grid "
                   f"({full_grid:,} samples)")
     return {"race": {"reference": reference, "target": race.target, "target_rule": race.target_rule,
-                     "ended": race.ended, "answer": answer_of(decision) if decision is not None else "none",
+                     "ended": race.ended, "answer": decision.answer if decision is not None else "none",
                      "stopped": dict(race.stopped), "samples_trained": trained, "full_grid_samples": full_grid,
                      "seeds": {label: len(s) for label, s in race.results.items()}},
             "runs": len(launched), "skipped": len(state.finished), "ran": len(launched) - len(state.finished),

@@ -6,8 +6,8 @@ tests/test_race.py on simulated sweeps with a known truth).
    run to their full budget and the default rule (analysis.targets: 80% of the way from the reference's initial to
    its best mean score) is applied to them, once; sweep.json records it, so `analyze` uses the very score the runs
    stopped at.
-2. Every point starts with `initial_seeds` seeds, point after point (the reference first, then in the sweep file's
-   order), so the pooled seed spread and the leader's bound form early. A seed stops at its first eval at or above
+2. Every point starts with `initial_seeds` seeds, point after point (the reference first, then by batch size, the
+   sweep file's order among equals), so the pooled seed spread and the leader's bound form early. A seed stops at its first eval at or above
    the target (its N* is read there) or when its point cannot win (sweep.race_rule), checked in the worker at
    every eval against the leader known when it started; after every finished seed the same rule is applied to
    every point, and a point that cannot win gets no more seeds. The reference is never stopped short of the target:
@@ -142,8 +142,8 @@ class Race:
             self.ended = "no target: the reference does not learn, so nothing was raced"
             return None
         decision = self.decision()
-        if decision is not None and answer_of(decision) in ANSWERED:
-            self.ended = f"answered: {answer_of(decision).replace('_', '-')}"
+        if decision is not None and decision.answer in ANSWERED:
+            self.ended = f"answered: {decision.answer.replace('_', '-')}"
             return None
         for label in self.contenders(decision):
             if len(self.results[label]) < self.settings.max_seeds and label not in self.failed:
@@ -153,7 +153,9 @@ class Race:
         return None
 
     def _order(self) -> list[PointFacts]:
-        return sorted(self.points, key=lambda p: p.label != self.reference)
+        """The reference first, then by batch: the large batches, where curves stop aligning, race against bounds
+        the smaller ones have formed."""
+        return sorted(self.points, key=lambda p: (p.label != self.reference, p.samples_per_step))
 
     def _first_seed_of(self, label: str, stop: bool) -> Job | None:
         if label in self.stopped or label in self.failed:
@@ -244,10 +246,6 @@ class Race:
 
     def leader(self) -> Leader | None:
         return find_leader(self.results, pooled_spread(self.results), self.settings.confidence)
-
-
-def answer_of(decision: Decision) -> str:
-    return getattr(decision, "answer", None) or ("winner" if decision.resolved else "unresolved")
 
 
 def measure_point(point: PointFacts, seeds: list[SeedResult]) -> ConfigMeasurement:
