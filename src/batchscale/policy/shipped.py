@@ -37,10 +37,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def shipped_dir(name: str, root: Path = SHIPPED_ROOT) -> Path | None:
-    """The shipped model directory called `name` (tiny-<content_hash>), None when the package ships none by that
-    name."""
-    path = Path(root) / name
+def shipped_dir(name: str, root: Path | None = None) -> Path | None:
+    """The shipped model directory called `name` (tiny-<content_hash>) under `root` (default: the package's), None
+    when none by that name is shipped."""
+    path = Path(root or SHIPPED_ROOT) / name
     return path if path.is_dir() else None
 
 
@@ -96,10 +96,10 @@ def machine_facts() -> dict:
             "transformers": transformers.__version__, "python": platform.python_version()}
 
 
-def ship(built: Path, name: str, root: Path = SHIPPED_ROOT, content_hash: str | None = None) -> Path:
+def ship(built: Path, name: str, root: Path | None = None, content_hash: str | None = None) -> Path:
     """Copy the model directory `built` (built by the recipe on this machine) into `root`/`name` with its SHIPPED.json,
     replacing any copy of that name, and remove the other shipped tiny-* copies (one recipe, one copy)."""
-    built, root = Path(built), Path(root)
+    built, root = Path(built), Path(root or SHIPPED_ROOT)
     missing = [n for n in FILES if not (built / n).is_file()]
     if missing:
         raise FileNotFoundError(f"{built} lacks {', '.join(missing)}: not a built tiny model directory")

@@ -218,7 +218,7 @@ def build_tiny(task_cfg, log=print) -> Path:
     return build_once(target, recipe_build(task_fields, log), log, recipe_what())
 
 
-def regenerate_shipped(source: Path | None = None, root: Path = shipped.SHIPPED_ROOT, log=print) -> Path:
+def regenerate_shipped(source: Path | None = None, root: Path | None = None, log=print) -> Path:
     """Replace the shipped copy under `root` by the default task's model: `source` (a directory built by the current
     recipe, checked against it) or, without one, a build from the recipe in a temporary cache."""
     name = f"tiny-{content_hash(DEFAULT_TASK_FIELDS)}"
