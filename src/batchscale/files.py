@@ -178,14 +178,20 @@ def cache_root() -> Path:
     return Path(os.environ.get("BATCHSCALE_CACHE", Path.home() / ".cache" / "batchscale"))
 
 
-def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str], None], what: str) -> Path:
+def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str], None], what: str,
+               replace: Callable[[Path], bool] | None = None) -> Path:
     """`target`, built on first use by `build(staging_dir)` and renamed into place complete. Concurrent first uses
-    (several sweep workers) build it once: the others wait on a lock beside it, then find it built."""
+    (several sweep workers) build it once: the others wait on a lock beside it, then find it built. A built target
+    for which `replace(target)` is true is built again and swapped in the same way."""
     target = Path(target)
-    if (target / "config.json").is_file():
+
+    def built() -> bool:
+        return (target / "config.json").is_file() and not (replace is not None and replace(target))
+
+    if built():
         return target
     with exclusive_lock(target.parent / f".{target.name}.lock"):
-        if (target / "config.json").is_file():  # another process built it while this one waited
+        if built():  # another process built it while this one waited
             return target
         log(f"{what} (once, cached in {target})")
         with staged_directory(target, "building") as staging:

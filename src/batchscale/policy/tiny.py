@@ -21,12 +21,22 @@ The result is saved as an ordinary Hugging Face model directory under the cache,
 that determines it (architecture, tokenizer, task, warm-start recipe), so it is built once (concurrent first uses wait on
 a lock and build it once) and then loaded like any local checkpoint. warm_start.json beside the weights records where
 each phase stopped, the accuracy there and every check.
+
+The default task's model is also shipped with the package (policy/shipped/, see policy/shipped.py): on first use
+`build_tiny` installs that copy into the cache, after checking its sha256, instead of training for ~2.5 minutes; a copy
+that fails the check is not used (a warning, then the build from the recipe). With `BATCHSCALE_TINY_BUILD=1` it builds
+from the recipe as before, replacing a cached copy of the shipped one (a model the recipe built is kept). Any other
+task (digits, operations, template, split seed) is built from the recipe. After changing the recipe, regenerate the
+shipped copy with `python -m batchscale.policy.tiny --ship` (tests/test_tiny_shipped.py fails until then).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from batchscale.errors import UserError
 from batchscale.files import build_once, cache_root
+from batchscale.policy import shipped
 from batchscale.policy.forward import token_logprobs
 from batchscale.policy.sequences import collate
 from batchscale.policy.tokenizer import CHARACTERS, SPECIAL_TOKENS, build_char_tokenizer
@@ -50,6 +61,9 @@ WARM_START = dict(
     lr=1e-3, learned_accuracy=0.6, check_every=10, max_steps=2500,  # phase 1: learn the task, carries included
     slip_lr=3e-4, carry_drop=0.7, accuracy_band=(0.25, 0.35), max_slip_steps=200,  # phase 2: a teacher that slips
 )
+# The built-in task's fields (TaskConfig's defaults): the model shipped with the package is built for these, and a run
+# whose task is not arithmetic still gets the tiny model of this task.
+DEFAULT_TASK_FIELDS = {"name": "arithmetic", "digits": 2, "operations": "+", "template": "{a}{op}{b}=", "split_seed": 0}
 
 
 def tiny_config(vocab_size: int) -> LlamaConfig:
@@ -144,17 +158,17 @@ def warm_start(model, tokenizer, task, recipe: dict = WARM_START) -> dict:
             "checks": checks}
 
 
-def build_tiny(task_cfg, log=print) -> Path:
-    """Return the directory of the warm-started tiny model for this task config, building it on first use."""
-    from batchscale.tasks.arithmetic import ArithmeticTask
-
+def task_fields_of(task_cfg) -> dict:
+    """The task fields that determine the tiny model (and its content hash)."""
     if task_cfg.name != "arithmetic":
-        task_fields = {"name": "arithmetic", "digits": 2, "operations": "+", "template": "{a}{op}{b}=", "split_seed": 0}
-    else:
-        task_fields = {k: getattr(task_cfg, k) for k in ("name", "digits", "operations", "template", "split_seed")}
-    low, high = WARM_START["accuracy_band"]
-    what = (f"building the tiny model (warm start: learn to greedy accuracy {WARM_START['learned_accuracy']}, then "
-            f"slip into [{low}, {high}]; about 2 minutes on 2 cores)")
+        return dict(DEFAULT_TASK_FIELDS)
+    return {k: getattr(task_cfg, k) for k in ("name", "digits", "operations", "template", "split_seed")}
+
+
+def recipe_build(task_fields: dict, log=print):
+    """The build_once callback that warm-starts a fresh tiny model for `task_fields` and saves it into the staging
+    directory."""
+    from batchscale.tasks.arithmetic import ArithmeticTask
 
     def build(staging: Path) -> None:
         from transformers.utils import logging as hf_logging
@@ -172,8 +186,52 @@ def build_tiny(task_cfg, log=print) -> Path:
         log(f"warm start: learned at step {outcome['learned_at']}, stopped at step {outcome['steps']} with greedy "
             f"eval accuracy {outcome['accuracy']:.3f}")
 
-    target = cache_root() / "models" / f"tiny-{content_hash(task_fields)}"
-    return build_once(target, build, log, what)
+    return build
+
+
+def recipe_what() -> str:
+    low, high = WARM_START["accuracy_band"]
+    return (f"building the tiny model (warm start: learn to greedy accuracy {WARM_START['learned_accuracy']}, then "
+            f"slip into [{low}, {high}]; about 2.5 minutes on 2 cores)")
+
+
+def build_tiny(task_cfg, log=print) -> Path:
+    """Return the directory of the warm-started tiny model for this task config: the cached one, else the copy shipped
+    with the package (default task, unless BATCHSCALE_TINY_BUILD=1), else built from the recipe on first use."""
+    task_fields = task_fields_of(task_cfg)
+    name = f"tiny-{content_hash(task_fields)}"
+    target = cache_root() / "models" / name
+    if os.environ.get(shipped.REBUILD_ENV) == "1":  # a cached shipped copy (it keeps its SHIPPED.json) is replaced
+        return build_once(target, recipe_build(task_fields, log), log, recipe_what(),
+                          replace=lambda path: (path / shipped.RECORD).is_file())
+    if (target / "config.json").is_file():
+        return target
+    source = shipped.shipped_dir(name)
+    if source is not None:
+        bad = shipped.problem(source)
+        if bad is None:
+            what = (f"tiny model: using the warm-started copy shipped with batchscale "
+                    f"({shipped.describe(shipped.read_record(source))}); `{shipped.REBUILD_ENV}=1` rebuilds it from "
+                    f"the recipe")
+            return build_once(target, lambda staging: shipped.install(source, staging), log, what)
+        log(f"warning: the tiny model shipped with batchscale fails its check ({bad}); building it from the recipe")
+    return build_once(target, recipe_build(task_fields, log), log, recipe_what())
+
+
+def regenerate_shipped(source: Path | None = None, root: Path | None = None, log=print) -> Path:
+    """Replace the shipped copy under `root` by the default task's model: `source` (a directory built by the current
+    recipe, checked against it) or, without one, a build from the recipe in a temporary cache."""
+    name = f"tiny-{content_hash(DEFAULT_TASK_FIELDS)}"
+    if source is not None:
+        record = read_warm_start(source)
+        wanted = json.loads(json.dumps({"recipe": WARM_START, "task": DEFAULT_TASK_FIELDS}))  # tuples as lists
+        if {"recipe": record.get("recipe"), "task": record.get("task")} != wanted:
+            raise UserError(str(source), f"was not built by the current recipe for the default task ({name})",
+                            "omit --from to build it from the recipe")
+        return shipped.ship(source, name, root)
+    with tempfile.TemporaryDirectory(prefix="batchscale-ship-") as tmp:
+        built = build_once(Path(tmp) / "models" / name, recipe_build(DEFAULT_TASK_FIELDS, log), log, recipe_what())
+        return shipped.ship(built, name, root)
 
 
 def read_warm_start(path: Path) -> dict:
@@ -183,3 +241,15 @@ def read_warm_start(path: Path) -> dict:
 
 def load_pretrained_dir(path: Path, dtype=torch.float32):
     return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), AutoTokenizer.from_pretrained(path)
+
+
+if __name__ == "__main__":  # python -m batchscale.policy.tiny --ship [--from DIR]
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m batchscale.policy.tiny")
+    parser.add_argument("--ship", action="store_true", required=True,
+                        help="build the default task's tiny model from the recipe and ship it in the package")
+    parser.add_argument("--from", dest="source", type=Path, help="ship this directory (built by the current recipe)")
+    args = parser.parse_args()
+    out = regenerate_shipped(args.source)
+    print(f"shipped {out} ({shipped.describe(shipped.read_record(out))})", file=sys.stderr)
