@@ -58,8 +58,9 @@ def winner_stopped_rate(truth: dict, sweeps: int, settings: RaceSettings, seed: 
     return float(np.mean([winner in simulate(truth, rng, settings, **kwargs).stopped for _ in range(sweeps)]))
 
 
-@pytest.mark.parametrize("design", ["demo", "near tie", "three close"])
-def test_the_true_winner_is_stopped_no_more_often_than_the_stated_rate(design):
+@pytest.mark.parametrize("design, sigma", [("demo", 0.06), ("near tie", 0.06), ("three close", 0.06),
+                                           ("three close", 0.12)])
+def test_the_true_winner_is_stopped_no_more_often_than_the_stated_rate(design, sigma):
     """The README's rate: a sweep stops its true winner in at most 5% of sweeps."""
     truth = {
         "demo": DEMO,
@@ -67,7 +68,8 @@ def test_the_true_winner_is_stopped_no_more_often_than_the_stated_rate(design):
         "three close": {"P4": (3000, 1.0, 32), "P8": (3300, 1.2, 64), "P16": (3600, 1.29, 128),
                         "P32": (3900, 1.38, 256)},
     }[design]
-    assert winner_stopped_rate(truth, 300, RaceSettings(initial_seeds=2, max_seeds=4)) <= 0.05
+    # measured with 1,000 sweeps each (docs/LOG.md): 0.3%, 0.7%, 1.6% and 3.7%
+    assert winner_stopped_rate(truth, 200, RaceSettings(initial_seeds=2, max_seeds=4), sigma=sigma) <= 0.05
 
 
 def test_points_that_cannot_win_are_stopped_and_save_samples():

@@ -65,8 +65,9 @@ def seed_result(run_dir: Path, target: float | None) -> SeedResult:
     n_star = targets.find_samples_to_target(samples, scores, target) if target is not None else None
     log_q = tuple(math.log(run.samples_per_step / s["time/step"]) for s in run.steps[1:] if s.get("time/step"))
     summary = run.summary
+    stopped = summary.stopped
     return SeedResult(run.label, run.seed, n_star, float(summary.samples), log_q, float(summary.wall_s or 0.0),
-                      summary.stopped.reason if summary.stopped is not None else None)
+                      stopped.reason if stopped is not None else None, stopped.message if stopped is not None else None)
 
 
 def default_target(run_dirs: list[Path]) -> tuple[float | None, str]:
@@ -91,8 +92,10 @@ def candidate_points(points: list[Point], max_seeds: int) -> list[Point]:
 
 
 def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSettings, target: float | None,
-                        executor: str, workers: int, address: str | None, threads: int, progress, on_events) -> dict:
-    """The race on `executor`, the sweep lock held by the caller (sweep.driver.run_sweep)."""
+                        executor: str, workers: int, address: str | None, threads: int, progress, on_events,
+                        target_rule: str | None = None) -> dict:
+    """The race on `executor`, the sweep lock held by the caller (sweep.driver.run_sweep); `target_rule` says where a
+    given target came from (default: the user's --target)."""
     templates: dict[str, Point] = {}
     for point in points:
         templates.setdefault(point.label, point)
@@ -103,7 +106,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     facts = [PointFacts(label, derive_plan(t.config).samples_per_step, derive_plan(t.config).prompts_per_step,
                         derive_plan(t.config).samples_per_prompt) for label, t in templates.items()]
     race = Race(facts, reference, seeds, settings)
-    rule = "given by the user (--target)"
+    rule = target_rule or "given by the user (--target)"
     previous = read_sweep_document(sweep_dir)
     if previous is not None and previous.race is not None and previous.race.target is not None:
         if target is not None and not math.isclose(target, previous.race.target):
@@ -134,9 +137,12 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
         runs = [sweep_runs_dir(sweep_dir) / f"{reference}__s{s.seed}" for s in race.results[reference]]
         value, why = default_target(runs)
         race.set_target(value, why)
-        progress.note(f"target {value:.4g}: {why}" if value is not None else f"no target: {why}")
         for run_dir in runs:  # their N* at the target just fixed
             race.record(seed_result(run_dir, value))
+        found = ", ".join("not reached" if s.samples_to_target is None else f"{s.samples_to_target:,.0f}"
+                          for s in race.results[reference])
+        progress.note(f"target {value:.4g} ({why}); the reference's N*: {found}" if value is not None
+                      else f"no target: {why}")
 
     def planned_left() -> int:
         return len(in_flight) + sum(max(0, settings.initial_seeds - len(race.results[label]))
@@ -173,7 +179,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             result = seed_result(sweep_runs_dir(sweep_dir) / point.name, race.target)
             race.record(result)
             progress.run_finished(point.name, point.label, point.seed, int(result.samples), outcome.get("eval_end"),
-                                  result.samples_to_target, result.wall_s, runs_left=planned_left())
+                                  result.samples_to_target, result.wall_s, runs_left=planned_left(),
+                                  target_known=race.target is not None)
             for label in sorted(set(race.stopped) - before):
                 progress.point_stopped(label, race.stopped[label])
     finally:

@@ -47,11 +47,11 @@ def check_sweep_dir(sweep_dir: Path) -> None:
 
 def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", workers: int = 1,
               address: str | None = None, threads: int | None = None, race: RaceSettings | None = None,
-              target: float | None = None) -> dict:
+              target: float | None = None, target_rule: str | None = None) -> dict:
     """Run every point not yet finished, holding the sweep directory's lock throughout (a second sweep on the same
     directory is a UserError naming this one). With `race` the sweep races (sweep.race: points start with a few
     seeds, stop when they can no longer win, seeds go to the contenders); `target` is then the score runs stop at
-    (default: the default rule on the reference's first seeds). A point that fails with a UserError (a diverged run,
+    (default: the default rule on the reference's first seeds), `target_rule` where it came from. A point that fails with a UserError (a diverged run,
     a broken reward) does not stop the others; the sweep then ends with one UserError listing the failed points."""
     if executor not in EXECUTORS:
         raise UserError("--executor", f"unknown executor {executor!r}", f"choose one of: {', '.join(EXECUTORS)}")
@@ -70,7 +70,7 @@ def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", wor
     threads = threads or max(1, available_cores() // workers)
     with SweepLock(sweep_dir):
         if race is not None:
-            return _race_locked(points, sweep_dir, race, target, executor, workers, address, threads)
+            return _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads)
         return _run_locked(points, sweep_dir, executor, workers, address, threads)
 
 
@@ -89,7 +89,7 @@ def run_totals(points: list[Point]) -> dict[str, int]:
     return {p.name: derive_plan(p.config).num_steps * derive_plan(p.config).samples_per_step for p in points}
 
 
-def _race_locked(points, sweep_dir, race, target, executor, workers, address, threads) -> dict:
+def _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads) -> dict:
     from batchscale.sweep.adaptive import candidate_points, run_adaptive_locked
 
     candidates = candidate_points(points, race.max_seeds)
@@ -100,7 +100,7 @@ def _race_locked(points, sweep_dir, race, target, executor, workers, address, th
     first = len({p.label for p in points}) * race.initial_seeds
     with SweepProgress(first, 0, workers=workers) as progress:
         result = run_adaptive_locked(points, sweep_dir, race, target, executor, workers, address, threads, progress,
-                                     event_handler(progress, run_totals(candidates)))
+                                     event_handler(progress, run_totals(candidates)), target_rule)
     _raise_failures(sweep_dir, result.pop("failed"), result["runs"])
     return {"sweep_dir": str(sweep_dir), **result}
 

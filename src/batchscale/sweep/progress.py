@@ -143,12 +143,14 @@ class SweepProgress:
                 self._progress.update(run.bar, completed=run.samples, status=run.status())
 
     def run_finished(self, name: str, label: str, seed: int, samples: int, final_eval: float | None,
-                     samples_to_target: float | None, wall_s: float, runs_left: int) -> None:
+                     samples_to_target: float | None, wall_s: float, runs_left: int, target_known: bool = True) -> None:
+        """`target_known` False: no target yet (a racing sweep's reference seeds fix it), so no N* to show."""
         with self._lock:
             self._end(name, runs_left)
             self.walls.append(float(wall_s))
             evaluated = "no eval" if final_eval is None else f"final eval {final_eval:.3f}"
-            reached = "N* not reached" if samples_to_target is None else f"N* {round(samples_to_target):,}"
+            reached = ("target not fixed yet" if not target_known else "N* not reached" if samples_to_target is None
+                       else f"N* {round(samples_to_target):,}")
             self._plain(f"run {self.done}/{self.total} done: {display_name(name, label, seed)}, {samples:,} samples, "
                         f"{evaluated}, {reached}, {format_duration(wall_s)}; {self.left(runs_left)}")
 

@@ -15,7 +15,8 @@ tests/test_race.py on simulated sweeps with a known truth).
 3. When the first seeds are done, the decision rule is applied (plan.decide: T = N*/q, the winner tested against
    the runner-up and the reference at the 95% level; or a near-optimal set). While it has no answer, one more seed
    goes to each contender (the winner, every eligible point the winner does not beat, the reference when the
-   winner does not beat it) that has fewer than `max_seeds`; the sweep ends when the decision has an answer, no
+   winner does not beat it) that has fewer than `max_seeds`, side by side when there are workers for them, and the
+   decision is taken again once that round is in; the sweep ends when the decision has an answer, no
    contender can take a seed, or the time budget would be overrun by the next seed (its expected wall time, from
    the point's finished seeds).
 """
@@ -85,6 +86,7 @@ class Race:
     failed: dict[str, str] = field(default_factory=dict)  # label -> why a seed of it failed: it gets no more seeds
     ended: str | None = None  # why no more seeds will be launched, once that is known
     no_target: bool = False  # the target could not be fixed: run the first seeds plainly, decide nothing
+    extra: list[str] = field(default_factory=list)  # contenders still to get this round's extra seed
 
     def __post_init__(self):
         self.by_label = {p.label: p for p in self.points}
@@ -108,7 +110,7 @@ class Race:
         seeds = self.results[result.label]
         seeds[:] = [s for s in seeds if s.seed != result.seed] + [result]
         if result.stopped == "cannot_win":
-            self.stopped.setdefault(result.label, f"cannot win (stopped at N = {result.samples:,.0f})")
+            self.stopped.setdefault(result.label, result.stop_message or f"cannot win (at N = {result.samples:,.0f})")
         self._stop_losers()
 
     def record_failure(self, label: str, seed: int, reason: str) -> None:
@@ -136,8 +138,11 @@ class Race:
         for point in self._order():
             if (job := self._first_seed_of(point.label, stop=True)) is not None:
                 return self._launch(job, elapsed_s)
+        if self.extra:  # this round's seeds for the contenders, one each
+            label = self.extra.pop(0)
+            return self._launch(Job(label, self._next_seed(label), self._stop_rule(label)), elapsed_s)
         if self.running:
-            return None  # decide on extra seeds once every first seed is in
+            return None  # decide on extra seeds once every seed of the round is in
         if self.no_target:
             self.ended = "no target: the reference does not learn, so nothing was raced"
             return None
@@ -145,10 +150,10 @@ class Race:
         if decision is not None and decision.answer in ANSWERED:
             self.ended = f"answered: {decision.answer.replace('_', '-')}"
             return None
-        for label in self.contenders(decision):
-            if len(self.results[label]) < self.settings.max_seeds and label not in self.failed:
-                job = Job(label, self._next_seed(label), self._stop_rule(label))
-                return self._launch(job, elapsed_s)
+        self.extra = [label for label in self.contenders(decision) if len(self.results[label]) < self.settings.max_seeds
+                      and label not in self.failed and label not in self.stopped]
+        if self.extra:
+            return self.next_job(elapsed_s)
         self.ended = "unresolved at --max-seeds" if decision is not None else "no decision can be formed"
         return None
 

@@ -45,6 +45,7 @@ class SeedResult:
     log_q: tuple[float, ...]  # ln(samples_per_step / time/step) of each step after the first (warm-up) step
     wall_s: float
     stopped: str | None = None  # "target" | "cannot_win" | None (ran to its budget)
+    stop_message: str | None = None  # the run's own words for it (summary.json stopped.message)
 
     @property
     def reached(self) -> bool:
