@@ -17,16 +17,23 @@ def test_quick_demo_produces_a_report_with_the_decision(tmp_path, capsys):
     labels = {row["label"] for row in result["rows"]}
     assert labels == {"grpo-P8-G8-sqrt", "grpo-P16-G8-sqrt", "grpo-P32-G8-sqrt", "grpo-P32-G8-none"}
     assert result["best"] in labels and result["reference"] == "grpo-P8-G8-sqrt"
-    assert isinstance(result["resolved"], bool) and (result["resolved"] or result["why_unresolved"])
+    assert result["answer"] in ("winner", "near_optimal", "unresolved", "none")
+    assert result["resolved"] == (result["answer"] == "winner")
+    assert result["resolved"] or result["answer"] == "near_optimal" or result["why_unresolved"]
     assert set(result["seconds"]) == {"sweep", "profiles", "analysis", "report"}
+    # the quick demo races with the default rule: the target is fixed on the reference's two seeds and recorded
+    race = result["race"]
+    assert race["target"] == result["target"] and "reference's initial to best" in result["target_rule"]
+    assert race["samples_trained"] <= race["full_grid_samples"]
     for name in ("sweep.toml", "analysis.json", "plan.json", "report.html", "report.md", "demo.json",
                  "profiles/generation.json", "profiles/training.json"):
         assert (out / name).is_file(), name
     html = (out / "report.html").read_text()
     assert result["best"] in html and "T/T_ref" in html
-    # every sweep run is an ordinary, finished run directory
+    # every sweep run is an ordinary, finished run directory; every point got its two first seeds
     runs = sorted(p.name for p in (out / "runs").iterdir())
-    assert len(runs) == 4 and all((out / "runs" / r / "summary.json").is_file() for r in runs)
+    assert all((out / "runs" / r / "summary.json").is_file() for r in runs)
+    assert {r.rsplit("__s", 1)[0] for r in runs} == labels and len(runs) == sum(race["seeds"].values())
     # a rerun resumes: the sweep skips the finished runs
     assert main(["demo", "--quick", "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["seconds"]["sweep"] < result["seconds"]["sweep"]
