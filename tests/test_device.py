@@ -198,3 +198,21 @@ def test_an_asynchronous_run_on_a_gpu_is_refused_before_the_model_loads(random_m
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rollout.mode" in errors[0] and "CPU only" in errors[0] and "cuda:0" in errors[0]
     assert not out.exists()
+
+
+def test_cpu_flags_are_the_flags_only(monkeypatch, tmp_path):
+    """/proc/cpuinfo's "flags\t\t: fpu avx2 ..." line gives the flags, not its label or the colon."""
+    import builtins
+
+    from batchscale import cpu
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\nbugs\t\t: spectre_v1\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+    cpu.cpu_flags.cache_clear()
+    try:
+        assert cpu.cpu_flags() == frozenset({"fpu", "avx2", "fma"})
+    finally:
+        cpu.cpu_flags.cache_clear()

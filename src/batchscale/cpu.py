@@ -22,7 +22,8 @@ def cpu_flags() -> frozenset[str]:
     """The CPU feature flags Linux reports (empty where /proc/cpuinfo is missing)."""
     try:
         with open("/proc/cpuinfo") as f:
-            return frozenset(next((line for line in f if line.startswith("flags")), "").split())
+            line = next((line for line in f if line.startswith("flags")), "")
+            return frozenset(line.partition(":")[2].split())  # "flags\t\t: fpu vme ..." -> the flags only
     except OSError:
         return frozenset()
 

@@ -116,7 +116,7 @@ def _run_locked(points: list[Point], sweep_dir: Path, executor: str, workers: in
     jobs = [(point, sweep_staging_dir(sweep_dir, point.name)) for point in state.todo]
     failed: list[tuple[str, BaseException]] = []
     with SweepProgress(len(points), len(state.finished), workers=workers) as progress:
-        pool = open_executor(executor, workers, threads, event_handler(progress, run_totals(state.todo)))
+        pool = open_executor(executor, workers, threads, address, event_handler(progress, run_totals(state.todo)))
         outcomes = run_jobs(pool, jobs)
         with closing(outcomes):  # leaving early (an error, Ctrl-C) stops the executor's runs at once
             for left, ((point, staging), outcome) in enumerate(outcomes, 1):
