@@ -103,8 +103,9 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
     reference = choose_reference_label(templates)
-    facts = [PointFacts(label, derive_plan(t.config).samples_per_step, derive_plan(t.config).prompts_per_step,
-                        derive_plan(t.config).samples_per_prompt) for label, t in templates.items()]
+    plans = {label: derive_plan(t.config) for label, t in templates.items()}
+    facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
+             for label, plan in plans.items()]
     race = Race(facts, reference, seeds, settings)
     rule = target_rule or "given by the user (--target)"
     previous = read_sweep_document(sweep_dir)
@@ -122,8 +123,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     started, in_flight, failed = time.perf_counter(), {}, []  # the budget counts the warm start too
     if state.todo:
         prebuild_models(list(templates.values()), log=progress.note)
-    full_grid = sum(derive_plan(t.config).num_steps * derive_plan(t.config).samples_per_step for t in templates.values())
-    full_grid *= len(dict.fromkeys(p.seed for p in points))
+    full_grid = sum(plan.num_steps * plan.samples_per_step for plan in plans.values())
+    full_grid *= len(dict.fromkeys(p.seed for p in points))  # the sweep file's grid: every seed to the budget
     launched = [p.name for p in state.finished]
 
     def save() -> None:
