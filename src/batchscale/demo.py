@@ -145,7 +145,9 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
     generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=console.print)
     write_document(out / GENERATION_PROFILE_FILE, generation)
-    training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=console.print)
+    # the sweep's arithmetic (optim.compute_dtype float32), not "auto", which is bf16 autocast on a native-bf16 CPU
+    training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=console.print,
+                                compute_dtype="float32")
     write_document(out / TRAINING_PROFILE_FILE, training)
     done(mark)
 
