@@ -20,7 +20,7 @@ def test_quick_demo_produces_a_report_with_the_decision(tmp_path, capsys):
     assert result["answer"] in ("winner", "near_optimal", "unresolved", "none")
     assert result["resolved"] == (result["answer"] == "winner")
     assert result["resolved"] or result["answer"] == "near_optimal" or result["why_unresolved"]
-    assert set(result["seconds"]) == {"sweep", "profiles", "analysis", "report"}
+    assert set(result["seconds"]) == {"setup", "sweep", "profiles", "analysis", "report"}
     # the quick demo races with the default rule: the target is fixed on the reference's two seeds and recorded
     race = result["race"]
     assert race["target"] == result["target"] and "reference's initial to best" in result["target_rule"]

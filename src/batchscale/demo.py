@@ -35,14 +35,14 @@ class DemoScale:
     target: float | None  # the demo's rule; None: the default rule on the reference's first seeds
 
 
-# The demo's rule for the target: greedy exact accuracy 0.50 on the 256 held-out sums. The shipped policy starts at
-# 0.34 on every machine (policy/shipped); the reference passes 0.50 near 2,700 samples, the sqrt family by 3,800,
-# on the still-rising part of the curves, while the fixed-LR control and B = 512 need ~5,000 (runs of 2026-12-02,
-# docs/LOG.md): a 4,608-sample budget separates them. Fixed in advance, every run, the reference's included, can
-# stop once it is reached.
+# The demo's rule for the target: greedy exact accuracy 0.50 on the 256 held-out sums, fixed in advance. The
+# warm-started policy starts in [0.25, 0.35] (policy/tiny: 0.273 as built here from the recipe, 0.344 for an earlier
+# build); the reference passes 0.50 within 4,608 samples from either start, the larger batches only from the higher
+# one (runs of 2026-12-02, docs/LOG.md), so the answer depends on the start (the report's curves begin there). Every
+# run, the reference's included, can stop once the target is reached.
 DEMO_TARGET = 0.50
 DEMO_TARGET_RULE = ("the demo's rule: greedy exact accuracy 0.50 on the 256 held-out sums, fixed in advance (the "
-                    "shipped policy starts at 0.34)")
+                    "warm-started policy starts in [0.25, 0.35])")
 
 
 # Every label evaluates at the same sample spacing, and densely: N* of the reference lies near 4,000 samples, so the
@@ -59,7 +59,8 @@ DEMO_WORKERS = 2
 
 # `make demo` in 10 minutes on 2 cores: the install (~2 min, outside this process) and the profiles, analysis and
 # report after the sweep (~1.5 min on an AVX2-only CPU) are set aside; the sweep gets the rest, less what this process
-# spent before it. No seed starts that would overrun it (sweep.race).
+# spent before it other than the tiny model's one-time warm start (first use only: ~2.5 min here, ~6 on AVX2 only),
+# which is set-up like the install. No seed starts that would overrun it (sweep.race).
 DEMO_WALL_S = 600.0
 INSTALL_ALLOWANCE_S = 120.0
 AFTER_SWEEP_ALLOWANCE_S = 90.0
@@ -115,7 +116,7 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     from batchscale.rundir import GENERATION_PROFILE_FILE, PLAN_FILE, TRAINING_PROFILE_FILE, write_document
     from batchscale.sweep.driver import run_sweep
     from batchscale.sweep.race import RaceSettings
-    from batchscale.sweep.runner import available_cores
+    from batchscale.sweep.runner import available_cores, prebuild_models
     from batchscale.sweep.spec import load_sweep_spec
     from batchscale.systems.profile_generation import profile_generation
     from batchscale.systems.profile_training import profile_training
@@ -132,13 +133,19 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     def done(mark) -> None:
         seconds[mark[0]] = time.perf_counter() - mark[1]
 
-    mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
     sweep_file = out / "sweep.toml"
     sweep_file.write_text(sweep_toml(scale))
-    budget = time_budget_s if time_budget_s is not None else default_time_budget(time.perf_counter() - began)
+    points = load_sweep_spec(sweep_file)
+    mark = stage("setup", "set-up: the warm-started tiny model (built on first use, then cached)")
+    prebuild_models(points, log=console.print)
+    done(mark)
+
+    mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
+    spent = time.perf_counter() - began - seconds["setup"]
+    budget = time_budget_s if time_budget_s is not None else default_time_budget(spent)
     race = RaceSettings(scale.initial_seeds, len(scale.seeds), budget)
     workers = min(DEMO_WORKERS, available_cores())
-    swept = run_sweep(load_sweep_spec(sweep_file), out, workers=workers, race=race, target=scale.target,
+    swept = run_sweep(points, out, workers=workers, race=race, target=scale.target,
                       target_rule=DEMO_TARGET_RULE if scale.target is not None else None)
     done(mark)
 

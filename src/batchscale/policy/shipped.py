@@ -1,4 +1,4 @@
-"""The warm-started tiny model shipped inside the package, so that a fresh install needs no warm start.
+"""The warm-started tiny model a package may ship, so that an install from it needs no warm start.
 
 `policy/shipped/tiny-<content_hash>/` holds the default task's model exactly as `build_tiny` saves it (float32
 weights, tokenizer, warm_start.json) plus SHIPPED.json: the machine it was built on (CPU model and flags, torch and
@@ -6,9 +6,10 @@ transformers versions), when it was built and shipped, its greedy accuracy, and 
 used only when it passes that check (`problem`); `install` copies it into the cache directory `build_tiny` builds into,
 and checks the copies again.
 
-Regenerate it on purpose, after a change of the recipe (TINY_ARCHITECTURE, WARM_START, the vocabulary or the default
-task), with `python -m batchscale.policy.tiny --ship`: it builds from the recipe in a temporary cache and replaces the
-copy here (`--from DIR` ships a model directory already built by the current recipe instead).
+Git holds no weights: the folder is gitignored (12.8 MB of float32), so a git clone has none and builds the model from
+the recipe on first use. `python -m batchscale.policy.tiny --ship` fills it (a build from the recipe in a temporary
+cache; `--from DIR` ships a model directory already built by the current recipe), and a wheel built from a tree that
+holds it ships it as package data (pyproject.toml).
 """
 
 from __future__ import annotations

@@ -22,12 +22,13 @@ that determines it (architecture, tokenizer, task, warm-start recipe), so it is 
 a lock and build it once) and then loaded like any local checkpoint. warm_start.json beside the weights records where
 each phase stopped, the accuracy there and every check.
 
-The default task's model is also shipped with the package (policy/shipped/, see policy/shipped.py): on first use
-`build_tiny` installs that copy into the cache, after checking its sha256, instead of training for ~2.5 minutes; a copy
-that fails the check is not used (a warning, then the build from the recipe). With `BATCHSCALE_TINY_BUILD=1` it builds
-from the recipe as before, replacing a cached copy of the shipped one (a model the recipe built is kept). Any other
-task (digits, operations, template, split seed) is built from the recipe. After changing the recipe, regenerate the
-shipped copy with `python -m batchscale.policy.tiny --ship` (tests/test_tiny_shipped.py fails until then).
+A package may also ship the default task's model (policy/shipped/, see policy/shipped.py; git holds none): then on
+first use `build_tiny` installs that copy into the cache, after checking its sha256, instead of training for ~2.5
+minutes; a copy that fails the check is not used (a warning, then the build from the recipe). With
+`BATCHSCALE_TINY_BUILD=1` it builds from the recipe as before, replacing a cached copy of the shipped one (a model the
+recipe built is kept). Any other task (digits, operations, template, split seed) is built from the recipe. After
+changing the recipe, a tree that ships a copy regenerates it with `python -m batchscale.policy.tiny --ship`
+(tests/test_tiny_shipped.py fails until then).
 """
 
 from __future__ import annotations
