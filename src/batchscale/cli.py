@@ -104,13 +104,24 @@ def train(
     out: Annotated[Optional[Path], typer.Option(help="run directory (default: the config's run.out_dir)")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing run directory")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="print the run summary as JSON on stdout")] = False,
+    resume: Annotated[Optional[Path], typer.Option(help="continue this unfinished run from its newest checkpoint "
+                                                        "(its own config; --set may grow run.budget_samples)")] = None,
 ):
     """Train one configuration to its sample budget and write its run directory."""
     from batchscale.config import load_config
     from batchscale.train.progress import train_with_progress
 
-    cfg = load_config(config, set_)
-    summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: swapped at the end
+    if resume is not None:
+        from batchscale.train.resume import resume_config
+
+        if out is not None or overwrite:
+            raise UserError("--resume", "continues the run in RUN_DIR itself: --out and --overwrite do not apply",
+                            "drop --out and --overwrite")
+        cfg = resume_config(resume, config, set_)
+        summary, run_dir = train_with_progress(cfg, resume, resume=True)
+    else:
+        cfg = load_config(config, set_)
+        summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: at the end
     if json_out:
         print_json({"run_dir": str(run_dir), **summary})
     else:

@@ -141,6 +141,13 @@ class RunConfig(Section):
     tensorboard: bool = False
     # where policy, reference, critic, KV cache and update live: "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     device: str = "auto"
+    # Checkpoints (train.checkpointing), for `train --resume`: every this many samples, rounded up to whole steps;
+    # 0: none. None (the default): by time, at the first step boundary after each AUTO_CHECKPOINT_S (10 minutes) of
+    # the run, so a run shorter than that (the demo's, the tests') writes none and a long one loses at most 10
+    # minutes. The newest `keep_checkpoints` are kept.
+    checkpoint_every_samples: int | None = Field(None, ge=0)
+    keep_checkpoints: int = Field(2, ge=1)
+    save_policy: bool = True  # a finished run writes its final policy as a Hugging Face directory, <run>/policy/
 
 
 class Config(Section):
@@ -187,6 +194,7 @@ class BatchPlan:
     ppo_mini_batches: int = 1
     samples_per_update: int = 0  # responses per optimizer update: samples_per_step / ppo_mini_batches
     critic: CriticPlan | None = None  # None: the algorithm has no critic
+    checkpoint_every_steps: int | None = 0  # run.checkpoint_every_samples resolved: 0 none, None by time
 
     @property
     def updates_per_step(self) -> int:
@@ -272,7 +280,19 @@ def derive_plan(cfg: Config) -> BatchPlan:
         ppo_mini_batches=algo.ppo_mini_batches,
         samples_per_update=samples_per_update,
         critic=critic,
+        checkpoint_every_steps=checkpoint_every_steps(cfg, samples_per_step),
     )
+
+
+AUTO_CHECKPOINT_S = 600.0  # run.checkpoint_every_samples = None: a checkpoint once this much training time has passed
+
+
+def checkpoint_every_steps(cfg: Config, samples_per_step: int) -> int | None:
+    """run.checkpoint_every_samples in whole steps (rounded up); 0: none; None: by time (AUTO_CHECKPOINT_S)."""
+    every = cfg.run.checkpoint_every_samples
+    if every is None:
+        return None
+    return math.ceil(every / samples_per_step) if every else 0
 
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")

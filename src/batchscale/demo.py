@@ -98,6 +98,7 @@ seeds = {list(scale.seeds)}
 "run.eval_every_samples" = {scale.eval_every_samples}
 "task.eval_size" = {scale.eval_size}
 "batch.micro_batch_size" = 128
+"run.save_policy" = false
 
 [grid]
 "batch.prompts_per_step" = {large}

@@ -1,8 +1,10 @@
-"""The sweep lock: one process at a time writes a sweep directory.
+"""Locks: one process at a time writes a sweep directory, or a run.
 
-    <sweep>/sweep.lock   {"pid", "host", "started"} of the process holding the sweep
+    <sweep>/sweep.lock    {"pid", "host", "started"} of the process holding the sweep
+    <parent>/.<run>.lock  the same, of the process training (or resuming) the run <parent>/<run>
 
-`SweepLock(sweep_dir)` is held for the whole sweep. Taking it is atomic: an exclusive `flock` on the lock file, which
+`SweepLock(sweep_dir)` is held for the whole sweep, `RunLock(run_dir)` for the whole of a `train` or `train
+--resume` (beside the run directory, so a failed start still leaves nothing inside it). Taking it is atomic: an exclusive `flock` on the lock file, which
 the kernel releases when its holder dies however it dies (kill -9 included), so a second sweep on the same directory
 can never start while the first lives. The file's content names the holder, for the message the second one prints.
 
@@ -53,8 +55,11 @@ def describe_holder(holder: dict) -> str:
 class SweepLock:
     """An exclusive lock on a sweep directory, held from `acquire` (or `with`) to `release`."""
 
+    what = "sweep"
+
     def __init__(self, sweep_dir: Path):
         self.path = Path(sweep_dir) / LOCK_FILE
+        self.target = Path(sweep_dir)
         self._fd: int | None = None
 
     def __enter__(self) -> "SweepLock":
@@ -86,7 +91,7 @@ class SweepLock:
             self._write_holder(fd)
             self._fd = fd
             return
-        raise UserError(str(self.path), "kept changing while this sweep tried to lock it", "try again")
+        raise UserError(str(self.path), f"kept changing while this {self.what} tried to lock it", "try again")
 
     def release(self) -> None:
         if self._fd is None:
@@ -133,7 +138,21 @@ class SweepLock:
     def _busy(self, holder: dict, free_flock: bool = False) -> UserError:
         who = describe_holder(holder) if holder else "another process"
         if free_flock:  # a lock we cannot prove stale
-            return UserError(str(self.path.parent), f"is locked by a sweep ({who}) that this host cannot show to be "
-                             "gone", f"if that sweep is no longer running, remove {self.path} and rerun")
-        return UserError(str(self.path.parent), f"is in use by another sweep ({who})",
-                         "wait for that sweep to finish (or stop it), or choose another --out")
+            return UserError(str(self.target), f"is locked by a {self.what} ({who}) that this host cannot show to be "
+                             "gone", f"if that {self.what} is no longer running, remove {self.path} and rerun")
+        return UserError(str(self.target), f"is in use by another {self.what} ({who})",
+                         f"wait for that {self.what} to finish (or stop it), or choose another --out")
+
+
+class RunLock(SweepLock):
+    """An exclusive lock on one run directory (which need not exist yet): its file is the hidden sibling
+    `.<name>.lock`."""
+
+    what = "run"
+
+    def __init__(self, run_dir: Path):
+        run_dir = Path(run_dir).absolute()
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir.parent / f".{run_dir.name}.lock"
+        self.target = run_dir
+        self._fd = None

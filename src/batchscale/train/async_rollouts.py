@@ -46,8 +46,11 @@ STOP_TIMEOUT_S = 10.0
 class AsyncRollouts:
     """The generator process and the buffer of finished groups: a rollout source, entered around a run's loop."""
 
-    def __init__(self, cfg, plan, policy, task, rng, timer):
+    def __init__(self, cfg, plan, policy, task, rng, timer, start_step: int = 0):
         self.cfg, self.policy, self.task, self.rng, self.timer = cfg, policy, task, rng, timer
+        # A resumed run's generator starts afresh at the checkpoint's weights: its versions count from there, so the
+        # admission bound and the staleness of every group are measured as in a run that started at `start_step`.
+        self.start_step = start_step
         rollout = cfg.rollout
         self.P, self.G, self.k = plan.prompts_per_step, plan.samples_per_prompt, rollout.max_staleness
         self.settings = GeneratorSettings(
@@ -109,7 +112,7 @@ class AsyncRollouts:
 
     def take(self, step: int) -> StepRollouts:
         """Exactly P complete groups for the update at version step - 1, oldest first; waits, drops the too stale."""
-        version = step - 1
+        version = step - 1 - self.start_step
         self.supply_prompts(version + 1)  # until the next take, the generator sees this step's update at the newest
         dropped_now = 0
         with self.timer.phase("wait_for_samples"):

@@ -24,6 +24,12 @@ After the actor's update the loop publishes the new weights to the source. The l
 Health (train.health): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
+
+Long runs: at the step boundaries `run.checkpoint_every_samples` names (by default once per 10 minutes of training),
+after that step's eval, the loop writes a checkpoint (train.checkpointing, rundir.checkpoint); `train(...,
+resume=True)` continues an unfinished run from its newest complete one (train.resume). A finished run writes its
+final policy as a Hugging Face directory, `policy/`, unless `run.save_policy = false`. One process at a time trains
+a run directory (rundir.lock.RunLock).
 """
 
 from __future__ import annotations
@@ -39,8 +45,13 @@ from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
 from batchscale.config import Config, resolved_config
 from batchscale.policy.sequences import collate
+from batchscale.config import AUTO_CHECKPOINT_S
+from batchscale.files import staged_directory
 from batchscale.rundir import RunLog, StoppedRun, check_out_dir, summarize_run
+from batchscale.rundir.checkpoint import write_checkpoint
+from batchscale.rundir.lock import RunLock
 from batchscale.rundir.staging import run_destination
+from batchscale.train.checkpointing import LoopState, capture
 from batchscale.telemetry.tensorboard import TensorBoardMirror
 from batchscale.train.evaluation import evaluate, greedy_rewards
 from batchscale.train.health import CollapseWatch, check_finite_record, check_parameters, check_rewards
@@ -53,33 +64,48 @@ StopCheck = Callable[[list[dict]], StoppedRun | None]  # after each eval: the re
 
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
-          log: Callable[[str], None] = print, stop: StopCheck | None = None) -> dict:
+          log: Callable[[str], None] = print, stop: StopCheck | None = None, resume: bool = False) -> dict:
     """Run one configuration to its sample budget; returns the summary also written into the run directory.
     `stop` (a racing sweep's rule, sweep.race_rule.StopRule) may end it at an eval boundary: the run is then finished,
-    and its summary says where and why it stopped.
+    and its summary says where and why it stopped. With `resume`, `out_dir` is an unfinished run that continues from
+    its newest complete checkpoint (train.resume; `cfg` checked against the run's by train.resume.resume_config).
 
     An earlier run at `out_dir` (with `overwrite`) is replaced only when the new one finishes (rundir.staging.run_destination).
     A non-finite reward, loss or gradient norm stops the run at that step with a UserError (train.health)."""
+    from batchscale.train.resume import check_resumable, resume_point
+
     run_dir = Path(out_dir)
-    check_out_dir(run_dir, overwrite)
-    state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
-    try:
-        with run_destination(run_dir, overwrite) as write_dir, open_rollout_source(state) as source:
-            return train_into(write_dir, state, source, on_record or (lambda record: None), log, stop)
-    finally:
-        state.task.close()
+    with RunLock(run_dir):  # before any check: a second process on this run is refused, not raced
+        if resume:
+            check_resumable(run_dir)
+        else:
+            check_out_dir(run_dir, overwrite)
+        state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
+        try:
+            if resume:
+                loop = resume_point(run_dir, state, log)
+                with open_rollout_source(state, start_step=loop.step if loop else 0) as source:
+                    return train_into(run_dir, state, source, on_record or (lambda record: None), log, stop, loop)
+            with run_destination(run_dir, overwrite) as write_dir, open_rollout_source(state) as source:
+                return train_into(write_dir, state, source, on_record or (lambda record: None), log, stop)
+        finally:
+            state.task.close()
 
 
 def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit: Callable[[dict], None],
-               log: Callable[[str], None], stop: StopCheck | None = None) -> dict:
+               log: Callable[[str], None], stop: StopCheck | None = None, loop: LoopState | None = None) -> dict:
     """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget, or to
-    the eval at which `stop` says why to end; summary.json last."""
+    the eval at which `stop` says why to end; summary.json last. `loop` (a resumed run's position, its records
+    already in metrics.jsonl) continues after its step instead of starting at 0."""
     cfg, plan = state.cfg, state.plan
     descriptor = run_descriptor(cfg)
     runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
     mirror = TensorBoardMirror(run_dir) if cfg.run.tensorboard else None
-    start = time.perf_counter()
-    records, notes, collapse = [], [], CollapseWatch()
+    resumed = loop is not None
+    loop = loop or LoopState(next_eval=cfg.run.eval_every_samples)
+    start = time.perf_counter() - loop.wall_s  # wall_s continues across a resume
+    last_checkpoint = time.perf_counter()
+    records, stopped = loop.records, None
 
     def write(record: dict) -> None:
         check_finite_record(record, plan.lr)  # nothing non-finite reaches the writer: the run stops unfinished here
@@ -89,46 +115,70 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
             mirror.write(record)
         emit(record)
 
-    samples, next_eval, stopped = 0, 0, None
-
     def eval_now(step: int) -> dict:
         t0 = time.perf_counter()
         metrics = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step, cfg.task.reward)
-        record = {"kind": "eval", "step": step, "samples": samples, "wall_s": time.perf_counter() - start,
+        record = {"kind": "eval", "step": step, "samples": loop.samples, "wall_s": time.perf_counter() - start,
                   **metrics, "time/eval": time.perf_counter() - t0}
         write(record)
         return record
 
+    def checkpoint_due(step: int) -> bool:
+        every = plan.checkpoint_every_steps
+        if step >= plan.num_steps or every == 0:
+            return False
+        return time.perf_counter() - last_checkpoint >= AUTO_CHECKPOINT_S if every is None else step % every == 0
+
     try:
-        eval_now(0)
-        stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
-        next_eval = cfg.run.eval_every_samples
-        step = 0
-        while stopped is None and step < plan.num_steps:
-            step += 1
+        if not resumed:
+            eval_now(0)
+            stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
+        while stopped is None and loop.step < plan.num_steps:
+            loop.step += 1
+            step = loop.step
             record = run_step(step, state, source)
-            samples += plan.samples_per_step
-            record.update(samples=samples, wall_s=time.perf_counter() - start)
+            loop.samples += plan.samples_per_step
+            record.update(samples=loop.samples, wall_s=time.perf_counter() - start)
             write(record)
             check_parameters(step, state.policy.model, plan.lr)  # after the record: its finite numbers are kept
-            if (warning := collapse.update(record)) is not None:
-                notes.append(warning)
+            if (warning := loop.collapse.update(record)) is not None:
+                loop.notes.append(warning)
                 log(f"warning: {warning}")
-            if samples >= next_eval or step == plan.num_steps:
+            if loop.samples >= loop.next_eval or step == plan.num_steps:
                 eval_now(step)
-                while next_eval <= samples:
-                    next_eval += cfg.run.eval_every_samples
+                while loop.next_eval <= loop.samples:
+                    loop.next_eval += cfg.run.eval_every_samples
                 stopped = stop(records) if stop is not None else None
+            if stopped is None and checkpoint_due(step):
+                loop.wall_s = time.perf_counter() - start
+                json_state, write_files = capture(state, loop)
+                write_checkpoint(run_dir, step, loop.samples, len(records), json_state, write_files,
+                                 cfg.run.keep_checkpoints)
+                last_checkpoint = time.perf_counter()
         if stopped is not None:
-            log(f"stopped at {samples:,} samples: {stopped.message}")
+            log(f"stopped at {loop.samples:,} samples: {stopped.message}")
     finally:
         runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
         if mirror is not None:
             mirror.close()
-    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=notes,
+    if cfg.run.save_policy:
+        save_policy(state, run_dir)
+    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=loop.notes,
                             stopped=stopped)
     runlog.finish(summary)
     return summary.model_dump(mode="json")
+
+
+POLICY_DIR = "policy"
+
+
+def save_policy(state: TrainingState, run_dir: Path) -> Path:
+    """The final policy as a Hugging Face directory, `<run>/policy/` (weights and tokenizer, `save_pretrained`),
+    written whole into a hidden sibling first: `model.name = "<run>/policy"` loads it back."""
+    with staged_directory(Path(run_dir) / POLICY_DIR, "saving") as staging:
+        state.policy.model.save_pretrained(staging)
+        state.policy.tokenizer.save_pretrained(staging)
+    return Path(run_dir) / POLICY_DIR
 
 
 def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:

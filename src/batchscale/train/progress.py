@@ -194,14 +194,15 @@ def training_progress() -> Progress:
 
 
 def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False,
-                        heartbeat_s: float = HEARTBEAT_S) -> tuple[dict, Path]:
-    """Train one run with live progress: the rich bar in a terminal, plain eval and heartbeat lines elsewhere."""
+                        heartbeat_s: float = HEARTBEAT_S, resume: bool = False) -> tuple[dict, Path]:
+    """Train (or with `resume`, continue) one run with live progress: the rich bar in a terminal, plain eval and
+    heartbeat lines elsewhere."""
     from batchscale.train.loop import train
 
     plan = derive_plan(cfg)
     total = plan.num_steps * plan.samples_per_step
     if not draws_live(console):
-        return _train_plain(cfg, out_dir, overwrite, f"{plan.label} seed {cfg.run.seed}", total, heartbeat_s)
+        return _train_plain(cfg, out_dir, overwrite, f"{plan.label} seed {cfg.run.seed}", total, heartbeat_s, resume)
     with training_progress() as progress:
         bar = progress.add_task(f"{plan.label} s{cfg.run.seed}", total=total, reward="-", accuracy="-")
 
@@ -211,12 +212,12 @@ def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False,
             else:
                 progress.update(bar, accuracy=f"{record['eval/accuracy']:.3f}")
 
-        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=progress.console.print)
+        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=progress.console.print, resume=resume)
     return summary, Path(out_dir)
 
 
 def _train_plain(cfg: Config, out_dir: Path, overwrite: bool, name: str, total: int,
-                 heartbeat_s: float) -> tuple[dict, Path]:
+                 heartbeat_s: float, resume: bool = False) -> tuple[dict, Path]:
     from batchscale.train.loop import train
 
     start = time.monotonic()
@@ -238,7 +239,7 @@ def _train_plain(cfg: Config, out_dir: Path, overwrite: bool, name: str, total: 
 
     heartbeat.start()
     try:
-        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=heartbeat.say)
+        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=heartbeat.say, resume=resume)
     finally:
         heartbeat.close()
     return summary, Path(out_dir)

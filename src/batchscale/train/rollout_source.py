@@ -60,8 +60,9 @@ class SyncRollouts(contextlib.AbstractContextManager):
         """Nothing to stop: no process runs beside the loop."""
 
 
-def open_rollout_source(state) -> RolloutSource:
-    """The source `state`'s (train.state.TrainingState) `rollout.mode` asks for, not yet entered."""
+def open_rollout_source(state, start_step: int = 0) -> RolloutSource:
+    """The source `state`'s (train.state.TrainingState) `rollout.mode` asks for, not yet entered; `start_step`: the
+    step a resumed run continues after (an asynchronous generator then starts afresh from the current weights)."""
     if state.cfg.rollout.mode == "async":
-        return AsyncRollouts(state.cfg, state.plan, state.policy, state.task, state.rng, state.timer)
+        return AsyncRollouts(state.cfg, state.plan, state.policy, state.task, state.rng, state.timer, start_step)
     return SyncRollouts(state.policy, state.engine, state.task, state.rng, state.plan, state.sampling, state.timer)

@@ -1,0 +1,99 @@
+"""`batchscale train --resume RUN_DIR`: an unfinished run continues from its newest complete checkpoint.
+
+- The config is the run's own (its config.json), with `--set` overrides on top; a config file given beside --resume
+  must be the run's. Only the keys that change no number of the run may differ (`MAY_DIFFER`: the budget, which may
+  only grow, where and how often it checkpoints, whether it saves its policy, TensorBoard): any other difference is
+  refused, naming every key that differs, before anything loads.
+- A finished run (summary.json) is not resumed; a directory that is not a run is refused.
+- The newest checkpoint that passes its checks is used (rundir.checkpoint.newest_checkpoint: a torn or foreign one
+  is skipped for the previous one, with a warning); metrics.jsonl is cut back to the records it follows, which the run
+  then writes again. Without a usable checkpoint the run starts again from its first step, and says so.
+- Synchronous runs continue exactly: the records after the checkpoint are those the uninterrupted run writes, times
+  aside (tests/test_resume.py). An asynchronous run's generator restarts from the checkpoint's weights with an empty
+  buffer, the staleness bound held; which groups it trains on next differs from the uninterrupted run's, and the log
+  says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from batchscale.config import Config, apply_overrides, read_toml, validate_config
+from batchscale.errors import UserError
+from batchscale.files import read_json_object
+from batchscale.rundir.checkpoint import newest_checkpoint, rewind_metrics
+from batchscale.rundir.run import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from batchscale.train.checkpointing import LoopState, restore
+
+MAY_DIFFER = ("run.budget_samples", "run.checkpoint_every_samples", "run.keep_checkpoints", "run.save_policy",
+              "run.tensorboard", "run.out_dir")
+
+
+def flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def check_resumable(run_dir: Path) -> None:
+    """A run directory whose run has not finished; else a UserError naming what it is."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file() or not (run_dir / METRICS_FILE).is_file():
+        raise UserError("--resume", f"{run_dir} is not a batchscale run directory (no {CONFIG_FILE} and "
+                        f"{METRICS_FILE})", "pass the directory of an unfinished `batchscale train` run")
+    if (run_dir / SUMMARY_FILE).is_file():
+        raise UserError("--resume", f"{run_dir} holds a finished run ({SUMMARY_FILE} is written): nothing to resume",
+                        "train a new run with a larger run.budget_samples into another --out")
+
+
+def saved_config(run_dir: Path) -> dict:
+    data = read_json_object(Path(run_dir) / CONFIG_FILE)
+    data.pop("derived", None)
+    return data
+
+
+def resume_config(run_dir: Path, config: Path | None = None, overrides: list[str] = ()) -> Config:
+    """The config a resumed run continues with: the run's own (or `config`, which must match it) with `overrides`;
+    refused, naming the keys, where it differs from the run's in more than MAY_DIFFER or its budget shrinks."""
+    check_resumable(run_dir)
+    saved = saved_config(run_dir)
+    original = validate_config(saved)
+    cfg = validate_config(apply_overrides(read_toml(config) if config else saved, list(overrides)))
+    before, after = flatten(original.model_dump(mode="json")), flatten(cfg.model_dump(mode="json"))
+    differ = sorted(key for key in set(before) | set(after)
+                    if before.get(key) != after.get(key) and key not in MAY_DIFFER)
+    if differ:
+        shown = "; ".join(f"{key}: {before.get(key)!r} in the run, {after.get(key)!r} now" for key in differ[:6])
+        raise UserError("--resume", f"the config differs from the run's in {', '.join(differ)} ({shown})",
+                        "resume with the run's own config (omit CONFIG and those --set keys); only "
+                        f"{', '.join(MAY_DIFFER)} may change")
+    if cfg.run.budget_samples < original.run.budget_samples:
+        raise UserError("run.budget_samples", f"may only grow on --resume (the run's is "
+                        f"{original.run.budget_samples}, got {cfg.run.budget_samples})",
+                        f"set run.budget_samples >= {original.run.budget_samples}, or omit it")
+    return cfg
+
+
+def resume_point(run_dir: Path, state, log: Callable[[str], None] = print) -> LoopState | None:
+    """Restore `state` (freshly built for the run's config) from the run's newest usable checkpoint and cut
+    metrics.jsonl back to it; returns where the loop continues, None (from the start) when no checkpoint is
+    usable."""
+    found = newest_checkpoint(run_dir, warn=log)
+    if found is None:
+        rewind_metrics(run_dir, [])
+        log(f"resuming {run_dir}: no usable checkpoint, so the run starts again from its first step")
+        return None
+    checkpoint, records = found
+    loop = restore(state, checkpoint, records)
+    rewind_metrics(run_dir, records)
+    log(f"resuming {run_dir} from {checkpoint.path.name}: step {loop.step}, {loop.samples:,} samples")
+    if state.cfg.rollout.mode == "async":
+        log("note: asynchronous resume: the generator restarts from the checkpoint's weights with an empty buffer "
+            f"(staleness bound k = {state.cfg.rollout.max_staleness} held); the groups in flight at the checkpoint "
+            "are not restored, so the records after it differ from an uninterrupted run's")
+    return loop
