@@ -194,7 +194,7 @@ def test_a_single_train_run_in_a_pipe_prints_evals_and_heartbeats(monkeypatch, t
     target, out = plain_console()
     monkeypatch.setattr(train_progress, "console", target)
 
-    def fake_train(cfg, out_dir, overwrite, on_record, log):
+    def fake_train(cfg, out_dir, overwrite, on_record, log, resume=False):
         log("grpo-P64-G2-sqrt seed 3: starting")
         on_record({"kind": "step", "samples": 128, "reward/mean": 0.25})
         time.sleep(0.8)

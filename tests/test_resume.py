@@ -211,3 +211,19 @@ def test_the_policy_loads_back_as_model_name(uninterrupted, tmp_path):
     train(small_config(policy, "run.budget_samples=12", "run.save_policy=false"), out, log=quiet)
     first = read_records(out)[0]
     assert first["kind"] == "eval" and first["step"] == 0
+
+
+def test_an_asynchronous_run_resumes_with_its_staleness_bound_held(random_model_dir, tmp_path, monkeypatch):
+    cfg = small_config(random_model_dir, "run.seed=3", "rollout.mode='async'", "rollout.max_staleness=1",
+                       *CHECKPOINT_EVERY_STEP)
+    out = tmp_path / "run"
+    interrupt_at(monkeypatch, 4)
+    with pytest.raises(Interrupted):
+        train(cfg, out, log=quiet)
+    monkeypatch.undo()
+    lines = []
+    train(resume_config(out), out, log=lines.append, resume=True)
+    assert any(line.startswith("note: asynchronous resume: the generator restarts") for line in lines)
+    steps = [r for r in read_records(out) if r["kind"] == "step"]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and [r["samples"] for r in steps] == [12 * i for i in range(1, 6)]
+    assert all(r["async/staleness_max"] <= 1 for r in steps)

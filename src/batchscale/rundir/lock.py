@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.files import write_error
 
 LOCK_FILE = "sweep.lock"
 
@@ -72,7 +73,10 @@ class SweepLock:
     def acquire(self) -> None:
         """Take the lock, taking over a stale one; a live holder is a UserError naming it."""
         for _ in range(10):  # the file may be replaced under us by a holder releasing it: then try again
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise write_error(self.path, e) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -88,7 +92,12 @@ class SweepLock:
             if holder and not self._is_stale(holder):
                 os.close(fd)
                 raise self._busy(holder, free_flock=True)
-            self._write_holder(fd)
+            try:
+                self._write_holder(fd)
+            except OSError as e:  # a full disk: no lock file is left behind
+                os.close(fd)
+                self.path.unlink(missing_ok=True)
+                raise write_error(self.path, e) from None
             self._fd = fd
             return
         raise UserError(str(self.path), f"kept changing while this {self.what} tried to lock it", "try again")

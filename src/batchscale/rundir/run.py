@@ -310,8 +310,11 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         raise UserError("--out", f"{out} is a non-empty directory without a run (batchscale replaces only a run it "
                         "wrote)", "choose a new or empty --out")
     if not overwrite:
-        state = "a run" if is_finished_run(out) else "an unfinished run (no summary.json)"
-        raise UserError("--out", f"{out} already holds {state}", "choose another --out or pass --overwrite")
+        if is_finished_run(out):
+            raise UserError("--out", f"{out} already holds a run", "choose another --out or pass --overwrite")
+        raise UserError("--out", f"{out} already holds an unfinished run (no summary.json)",
+                        f"continue it with `batchscale train --resume {out}`, or choose another --out, or pass "
+                        "--overwrite")
 
 
 # --- reader ---------------------------------------------------------------------------------------------------------

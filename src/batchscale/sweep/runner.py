@@ -56,7 +56,8 @@ def run_point(config_data: dict, staging: str, name: str, threads: int, events=N
         keep = ("kind", "samples", "reward/mean", "eval/accuracy")
         post(("record", name, {k: record[k] for k in keep if k in record}))
 
-    summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None, stop=stop)
+    summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None, stop=stop,
+                    lock=False)  # the sweep lock covers its staging directories, whose names are this process's
     post(("done", name, summary))
     return summary
 

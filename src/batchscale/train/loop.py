@@ -34,6 +34,7 @@ a run directory (rundir.lock.RunLock).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Callable
@@ -64,18 +65,20 @@ StopCheck = Callable[[list[dict]], StoppedRun | None]  # after each eval: the re
 
 
 def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callable[[dict], None] | None = None,
-          log: Callable[[str], None] = print, stop: StopCheck | None = None, resume: bool = False) -> dict:
+          log: Callable[[str], None] = print, stop: StopCheck | None = None, resume: bool = False,
+          lock: bool = True) -> dict:
     """Run one configuration to its sample budget; returns the summary also written into the run directory.
     `stop` (a racing sweep's rule, sweep.race_rule.StopRule) may end it at an eval boundary: the run is then finished,
     and its summary says where and why it stopped. With `resume`, `out_dir` is an unfinished run that continues from
     its newest complete checkpoint (train.resume; `cfg` checked against the run's by train.resume.resume_config).
+    `lock=False` leaves out the run lock where another lock covers the directory (a sweep's staging directories).
 
     An earlier run at `out_dir` (with `overwrite`) is replaced only when the new one finishes (rundir.staging.run_destination).
     A non-finite reward, loss or gradient norm stops the run at that step with a UserError (train.health)."""
     from batchscale.train.resume import check_resumable, resume_point
 
     run_dir = Path(out_dir)
-    with RunLock(run_dir):  # before any check: a second process on this run is refused, not raced
+    with RunLock(run_dir) if lock else contextlib.nullcontext():  # before any check: a second process is refused
         if resume:
             check_resumable(run_dir)
         else:
@@ -175,6 +178,9 @@ POLICY_DIR = "policy"
 def save_policy(state: TrainingState, run_dir: Path) -> Path:
     """The final policy as a Hugging Face directory, `<run>/policy/` (weights and tokenizer, `save_pretrained`),
     written whole into a hidden sibling first: `model.name = "<run>/policy"` loads it back."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the run's own progress is drawn; a shard-writing bar only adds noise
     with staged_directory(Path(run_dir) / POLICY_DIR, "saving") as staging:
         state.policy.model.save_pretrained(staging)
         state.policy.tokenizer.save_pretrained(staging)
