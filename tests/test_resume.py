@@ -120,9 +120,14 @@ def test_an_altered_checkpoint_file_is_skipped(random_model_dir, tmp_path, monke
     with pytest.raises(Exception) as error:
         read_checkpoint(weights.parent)
     assert "does not match the size and sha256" in str(error.value)
+    manifest = out / "checkpoints" / "step-000000002" / MANIFEST  # another schema version: skipped too
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "version": 99}))
     lines = []
     train(resume_config(out), out, log=lines.append, resume=True)
-    assert any("from step-000000002" in line for line in lines)
+    assert any("step-000000003" in line and "does not match the size and sha256" in line for line in lines)
+    assert any("step-000000002" in line and "its schema version is 99; this batchscale reads 1" in line
+               for line in lines)
+    assert any("no usable checkpoint" in line for line in lines)  # keep_checkpoints = 2: nothing older is left
 
 
 def test_without_a_checkpoint_the_run_starts_again(uninterrupted, random_model_dir, tmp_path, monkeypatch):
