@@ -1,5 +1,5 @@
 """`batchscale plan --predict RUN_DIR`: on synthetic runs with a known B_noise the rN table is the formula's exactly;
-phase times follow the profiles; B_noise is the median of the logged EMA over the second half; bad input is one line."""
+phase times follow the profiles; B_noise is the ratio of the per-step terms' means over the second half; bad input is one line."""
 
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
     code, out, _ = run_plan(capsys, "--predict", run_dir, "--batches", "32,256,1024,4096", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["b_noise"] == {"value": B_NOISE, "low": B_NOISE, "high": B_NOISE}
+    assert doc["b_noise"] == {"value": B_NOISE, "low": B_NOISE, "high": B_NOISE, "resolved": True,
+                              "method": "ratio of means"}
+    assert doc["why_unresolved"] is None
     assert doc["reference"]["samples_per_step"] == 128 and doc["reference"]["label"] == "p16"
     rows = {r["samples_per_step"]: r for r in doc["rows"]}
     assert sorted(rows) == [32, 128, 256, 1024, 4096]  # the reference is always a row
@@ -71,23 +73,22 @@ def test_predict_with_profiles_follows_each_phase_model(run_dir, tmp_path, capsy
     assert "knee fit" in doc["throughput_method"] and "profile fit" in doc["throughput_method"]
 
 
-def test_b_noise_is_the_median_of_the_second_half_with_its_spread(tmp_path, capsys):
+def test_b_noise_is_the_ratio_of_means_over_the_second_half_with_its_interval(tmp_path, capsys):
     run_dir = write_synthetic_run(tmp_path / "noisy", "p16", 0, 16, noise_scale=B_NOISE, gns_sd=0.3)
     code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
     assert code == 0
     doc = json.loads(out)
     steps = read_run(run_dir).steps
-    inverse = [1 / r["gns/b_noise"] for r in steps[len(steps) // 2:]]  # percentiles of 1/B_noise, turned back
-    assert doc["b_noise"]["value"] == pytest.approx(1 / float(np.median(inverse)))
-    assert doc["b_noise"]["low"] == pytest.approx(1 / float(np.percentile(inverse, 90)))
-    assert doc["b_noise"]["high"] == pytest.approx(1 / float(np.percentile(inverse, 10)))
-    logged = sorted(1 / x for x in inverse)
-    assert logged[len(logged) // 2 - 1] <= doc["b_noise"]["value"] <= logged[len(logged) // 2]  # a median
-    assert doc["b_noise_steps"] == len(logged)
+    window = steps[len(steps) // 2:]
+    ratio = np.mean([r["gns/trace_sigma"] for r in window]) / np.mean([r["gns/grad_sq"] for r in window])
+    assert doc["b_noise"]["value"] == pytest.approx(ratio)
+    assert doc["b_noise"]["low"] < doc["b_noise"]["value"] < doc["b_noise"]["high"]
+    assert doc["b_noise"]["resolved"] is True and doc["why_unresolved"] is None
+    assert doc["b_noise_steps"] == len(window)
     assert doc["best"]["low"] <= doc["best"]["samples_per_step"] <= doc["best"]["high"]
     # the text table says the same
     code, out, _ = run_plan(capsys, "--predict", run_dir)
-    assert code == 0 and "Predicted best" in out and "B_noise" in out
+    assert code == 0 and "Predicted best" in out and "B_noise" in out and "80% interval" in out
 
 
 def test_roofline_marks_candidates_whose_kv_cache_does_not_fit(run_dir, capsys):
@@ -102,23 +103,41 @@ def test_roofline_marks_candidates_whose_kv_cache_does_not_fit(run_dir, capsys):
     assert gains[64] < 1 < gains[4096]  # decode amortizes its weights over more sequences
 
 
-def test_unresolved_noise_scale_predicts_no_penalty(run_dir, capsys):
-    """Steps that logged gns/b_noise null (no true gradient above the noise) count as infinite: with most of the
-    second half so, B_noise is null in JSON and every batch's predicted rN is 1."""
+def rewrite_grad_sq(run_dir, value) -> None:
+    """Replace every step's gns/grad_sq by value(step)."""
     metrics = run_dir / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     for r in records:
-        if r["kind"] == "step" and r["step"] % 4:
-            r["gns/b_noise"] = None
+        if r["kind"] == "step":
+            r["gns/grad_sq"] = value(r["step"])
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_an_unresolved_noise_scale_names_no_best_batch(run_dir, capsys):
+    """|G|^2 estimates that average to zero: the gradient is noise at this batch. B_noise is null, no best batch
+    is named, and the reason says a longer run or a larger batch is needed."""
+    rewrite_grad_sq(run_dir, lambda step: 1e-3 if step % 2 else -1e-3)
     code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["b_noise"] == {"value": None, "low": B_NOISE, "high": None}
-    assert doc["b_noise_unresolved_steps"] == 48 and doc["b_noise_steps"] == 64
+    assert doc["b_noise"]["value"] is None and doc["b_noise"]["high"] is None and doc["b_noise"]["resolved"] is False
+    assert doc["best"] == {"samples_per_step": None, "low": None, "high": None}
+    assert "not above zero" in doc["why_unresolved"] and "several times longer" in doc["why_unresolved"]
     assert all(r["r_n_predicted"] == 1.0 for r in doc["rows"])
     code, out, _ = run_plan(capsys, "--predict", run_dir)
-    assert code == 0 and "unresolved" in out
+    assert code == 0 and "not named" in out and "Predicted best" not in out
+
+
+def test_a_barely_resolved_noise_scale_says_how_many_more_samples(run_dir, capsys):
+    """A positive mean |G|^2 under a scatter that reaches below zero: the reason names the samples that would
+    resolve it, at this scatter (the window's standard error shrinking as 1/sqrt(steps))."""
+    rewrite_grad_sq(run_dir, lambda step: 0.002 + (0.02 if step % 2 else -0.02) * (1 + step % 3))
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    doc = json.loads(out)
+    assert doc["b_noise"]["value"] is not None and doc["b_noise"]["high"] is None
+    assert doc["best"]["samples_per_step"] is None
+    more = int(doc["why_unresolved"].split("about ")[1].split(" more samples")[0].replace(",", ""))
+    assert more > 0 and more % 128 == 0  # whole steps of B_ref = 128
 
 
 def strip_noise_scale(run_dir):

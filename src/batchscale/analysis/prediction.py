@@ -27,12 +27,42 @@ def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str
             configs[label]["samples_per_update"], configs[reference]["samples_per_update"], b_noise.value)
     if b_noise is None:
         return None
+    fitted = fit_noise_scale(configs, reference)
     sweep_s = sum(_compute_s(run) for runs in by_label.values() for run in runs)
     prediction_s = _compute_s(min(by_label[reference], key=lambda run: run.seed))
     return {"label": reference, "b_noise": b_noise.to_json(), "b_noise_steps": b_noise.steps,
-            "b_noise_unresolved_steps": b_noise.unresolved_steps,
+            "b_noise_unresolved_steps": b_noise.unresolved_steps, "b_noise_fitted": fitted,
             "prediction_compute_s": prediction_s, "sweep_compute_s": sweep_s,
             "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None}
+
+
+FIT_RANGE = (1.0, 1e8)  # samples: the B_noise values the fit searches, on a log scale
+
+
+def fit_noise_scale(configs: dict, reference: str) -> float | None:
+    """The B_noise whose rN(B) = (1 + b/B_noise) / (1 + b_ref/B_noise) fits the sweep's measured rN best (least
+    squares in log rN) over the labels of the reference's lr rule with a measured rN: the value the one-run
+    estimate is checked against. None with fewer than two such labels besides the reference, or when the best fit
+    lies at the search range's end (the measured rN do not grow with B, or grow faster than the formula can)."""
+    from scipy.optimize import minimize_scalar
+
+    rule = configs[reference].get("lr_rule")
+    points = [(c["samples_per_update"], c["r_n"]) for label, c in configs.items()
+              if label != reference and c.get("lr_rule") == rule and isinstance(c.get("r_n"), (int, float))
+              and c["r_n"] > 0]
+    if len(points) < 2:
+        return None
+    b_ref = configs[reference]["samples_per_update"]
+
+    def loss(log_b: float) -> float:
+        return sum((math.log(r) - math.log(predict_samples_penalty(b, b_ref, math.exp(log_b)))) ** 2
+                   for b, r in points)
+
+    low, high = (math.log(v) for v in FIT_RANGE)
+    fit = minimize_scalar(loss, bounds=(low, high), method="bounded", options={"xatol": 1e-4})
+    if not fit.success or min(fit.x - low, high - fit.x) < 0.01:
+        return None
+    return float(math.exp(fit.x))
 
 
 def compare_best(analysis: dict, plan: dict) -> dict:
@@ -51,9 +81,10 @@ def prediction_lines(analysis: dict) -> list[str]:
                 "The reference's runs log no `gns/b_noise`, so rN was not predicted (runs trained by batchscale log it)."]
     b_noise = prediction["b_noise"]
     lines = ["## Predicted from one run", "",
-             f"B_noise of `{prediction['label']}` (median of the logged EMA over its runs' second halves): "
+             f"B_noise of `{prediction['label']}` (the ratio of the per-step estimates' means over its runs' "
+             "second halves): "
              f"{describe_noise_scale(b_noise)}; rN_predicted = (1 + B/B_noise) / (1 + B_ref/B_noise), B in samples "
-             "per update.", "",
+             f"per update. Fitted to the sweep's measured rN instead: {fitted_text(prediction)}.", "",
              "| label | B | rN measured | rN predicted |", "|---|---|---|---|"]
     for label in _by_batch(analysis):
         config = analysis["configs"][label]
@@ -75,7 +106,8 @@ def closing_note(analysis: dict, plan: dict) -> str | None:
     cost = (f"{fraction:.1%} of the sweep's compute (summed time/step)" if fraction is not None
             else "an untimed share of the sweep")
     return (f"Predicted from one run (B_noise {format_samples(prediction['b_noise']['value'])}, from "
-            f"{prediction['label']}): rN predicted vs measured: {pairs}. Predicted best: {best['predicted'] or 'none'} "
+            f"{prediction['label']}; fitted to the measured rN: {fitted_text(prediction)}): rN predicted vs "
+            f"measured: {pairs}. Predicted best: {best['predicted'] or 'none'} "
             f"(rN predicted over the measured throughput gain); measured best: {best['measured'] or 'none'}. "
             f"The prediction needed one run of the reference, {cost}.")
 
@@ -90,6 +122,15 @@ def plot_predicted_penalty(ax, analysis: dict) -> None:
                 label=f"predicted from B_noise {format_samples(b_noise)}")
 
 
+def fitted_text(prediction: dict) -> str:
+    """The sweep-fitted B_noise beside the one-run estimate: the value and their ratio."""
+    fitted, value = prediction.get("b_noise_fitted"), prediction["b_noise"]["value"]
+    if fitted is None:
+        return "no fit (fewer than two measured rN of the reference's lr rule, or rN not growing with B)"
+    ratio = f", the one-run estimate {value / fitted:.2f}x it" if value is not None else ""
+    return f"B_noise {fitted:,.0f} samples{ratio}"
+
+
 def format_samples(b_noise: float | None) -> str:
     """A B_noise for text: null (infinite) says the run did not resolve it."""
     return "unresolved (infinite: pure noise at the run's batch)" if b_noise is None else f"{b_noise:,.0f} samples"
@@ -97,7 +138,9 @@ def format_samples(b_noise: float | None) -> str:
 
 def describe_noise_scale(b_noise: dict) -> str:
     """{value, low, high} as text, with the interval's meaning."""
-    return (f"{format_samples(b_noise['value'])} (10th-90th percentile over steps: {format_samples(b_noise['low'])} "
+    what = ("10th-90th percentile over steps" if b_noise.get("method") == "ema median" or not b_noise.get("method")
+            else "80% interval")
+    return (f"{format_samples(b_noise['value'])} ({what}: {format_samples(b_noise['low'])} "
             f"to {format_samples(b_noise['high'])})")
 
 

@@ -1,9 +1,11 @@
 """`plan --predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
 
-Learning side (McCandlish et al. 2018): the run logs the gradient noise scale online (`gns/b_noise`, samples; see
-`telemetry.gradnoise`); its B_noise is the median of that EMA over the second half of the run, with the 10th-90th
-percentiles over those steps as the interval (infinite, null in JSON, where the gradient was pure noise: then rN = 1,
-the formula's limit). Samples to target relative to the run's own batch B_ref:
+Learning side (McCandlish et al. 2018): the run logs the gradient noise terms every step (`gns/grad_sq`,
+`gns/trace_sigma`; see `telemetry.gradnoise`); its B_noise is the ratio of their means over the second half of the
+run, with an 80% interval from the steps' scatter (infinite, null in JSON, where the gradient was pure noise: then rN
+= 1, the formula's limit). When the interval's upper end is infinite, no best batch is named: the document says why
+and about how many more samples would resolve it (`why_unresolved`). Samples to target relative to the run's own
+batch B_ref:
 
     rN(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise)
 
@@ -112,8 +114,9 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         rows.append({"samples_per_step": batch, "r_n_predicted": r_n, "throughput_gain": gain,
                      "time_to_target_normalized": r_n / gain, "throughput_samples_per_s": q,
                      "feasible": kv_max_batch is None or batch <= kv_max_batch})
-    best = _best_batch(rows, b_noise.value, penalty)
-    ends = [_best_batch(rows, scale, penalty) for scale in (b_noise.low, b_noise.high)]
+    why_unresolved = unresolved_reason(b_noise, reference)
+    best = None if why_unresolved else _best_batch(rows, b_noise.value, penalty)
+    ends = [] if why_unresolved else [_best_batch(rows, scale, penalty) for scale in (b_noise.low, b_noise.high)]
     known = [b for b in (best, *ends) if b is not None]
     return PredictionDocument.model_validate({
         "run": str(run_dir),
@@ -121,6 +124,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         "b_noise": b_noise.to_json(),
         "b_noise_steps": b_noise.steps,
         "b_noise_unresolved_steps": b_noise.unresolved_steps,
+        "why_unresolved": why_unresolved,
         "reference": {"label": run.label, "samples_per_step": reference,
                       "throughput_samples_per_s": q_ref, "step_s": measured.step_s},
         "best": {"samples_per_step": best, "low": min(known) if known else None,
@@ -129,6 +133,20 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
                                         "each carried from the run's median phase times after the first step"]),
         "rows": rows,
     })
+
+
+def unresolved_reason(b_noise, samples_per_step: int) -> str | None:
+    """Why no best batch can be named from this B_noise (its interval's upper end infinite), and how many more samples
+    the run would need at its present scatter (the window being the run's second half); None when resolved."""
+    if b_noise.resolved:
+        return None
+    if b_noise.steps_to_resolve is None:
+        return ("B_noise is not resolved: the mean |G|^2 estimate is not above zero over the run's second half, so "
+                "the gradient is noise at this batch; a run several times longer, or at a larger batch, is needed")
+    more = 2 * b_noise.steps_to_resolve * samples_per_step
+    return (f"B_noise is not resolved: its 80% interval reaches infinity (|G|^2 not above its noise); at the present "
+            f"scatter about {more:,} more samples ({2 * b_noise.steps_to_resolve} more steps, half of them in the "
+            "second-half window) would resolve it")
 
 
 def _best_batch(rows: list[dict], b_noise: float, penalty) -> int | None:

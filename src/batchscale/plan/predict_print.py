@@ -28,7 +28,9 @@ def print_prediction(document: PredictionDocument) -> None:
                   else "")
     console.print(f"[bold]B_noise:[/bold] {describe_noise_scale(b_noise.model_dump())}, from "
                   f"{document.b_noise_steps} steps of the run's second half{unresolved}", highlight=False)
-    if best.samples_per_step is None:
+    if document.why_unresolved:
+        console.print(f"[bold]Best:[/bold] not named: {document.why_unresolved}.", highlight=False)
+    elif best.samples_per_step is None:
         console.print("[bold]Best:[/bold] none: no candidate batch is feasible.", highlight=False)
     else:
         console.print(f"[bold]Predicted best:[/bold] B_train = {best.samples_per_step} (from {best.low} to {best.high} "

@@ -85,12 +85,15 @@ class LabelAnalysis(Strict):
 
 
 class NoiseScaleValue(Strict):
-    """B_noise in samples: the median of the logged EMA over a run's second half, and the 10th-90th percentiles;
-    null where it is infinite (the gradient pure noise at the run's batch: beyond what the run resolves)."""
+    """B_noise in samples over a run's second half and its 80% interval (telemetry.gradnoise: the ratio of the per-step
+    terms' means; "ema median": the logged EMA's median and 10th-90th percentiles); null where it is infinite (the
+    gradient pure noise at the run's batch: beyond what the run resolves)."""
 
     value: float | None
     low: float | None
     high: float | None
+    resolved: bool | None = None  # value and upper end finite (None: written before the interval existed)
+    method: str | None = None
 
 
 class NoiseScalePrediction(Strict):
@@ -100,6 +103,7 @@ class NoiseScalePrediction(Strict):
     b_noise: NoiseScaleValue
     b_noise_steps: int
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
+    b_noise_fitted: float | None = None  # the B_noise whose rN(B) curve fits the sweep's measured rN best
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
     compute_fraction: float | None
@@ -217,6 +221,7 @@ class PredictionDocument(Document):
     b_noise: NoiseScaleValue
     b_noise_steps: int  # step records the median was read from
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
+    why_unresolved: str | None = None  # B_noise not resolved: no best batch is named, and how much more would do
     reference: PredictionReference
     best: PredictedBest
     throughput_method: str
