@@ -129,18 +129,44 @@ def test_local_executor_in_parallel_gives_the_records_of_a_direct_run(tmp_path, 
         assert records(tmp_path / "sweep" / "runs" / point.name) == direct_run(point, tmp_path)
 
 
+def interrupted_staging(point, sweep_dir: Path, monkeypatch, at_step: int, threads: int, *extra: str) -> Path:
+    """A staging directory of `point` as a sweep killed at the start of `at_step` leaves it, its worker's lock file
+    included (`extra`: config overrides of the run in it)."""
+    from test_resume import Interrupted, interrupt_at
+
+    from batchscale.config import apply_overrides, validate_config
+    from batchscale.rundir.lock import run_lock_path
+    from batchscale.rundir.staging import sweep_staging_dir
+    from batchscale.sweep.resume import with_threads
+    from batchscale.train.loop import train
+
+    staging = sweep_staging_dir(sweep_dir, point.name)
+    cfg = validate_config(apply_overrides(with_threads(point.config_data, threads), list(extra)))
+    interrupt_at(monkeypatch, at_step)
+    with pytest.raises(Interrupted):
+        train(cfg, staging, log=lambda line: None)
+    monkeypatch.undo()
+    run_lock_path(staging).write_text('{"pid": 999999999, "host": "gone"}')
+    return staging
+
+
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed")
-def test_ray_executor_runs_a_two_point_sweep_like_the_local_one(tmp_path, random_model_dir):
+def test_ray_executor_runs_a_two_point_sweep_like_the_local_one(tmp_path, random_model_dir, monkeypatch, capsys):
+    """Ray tasks write a direct run's records, the one of a point an interrupted sweep left resumed (the checkpoint
+    settings, which may differ on a resume, every step in that run)."""
     import ray
 
     from batchscale.sweep.driver import run_sweep
 
     points = load_sweep_spec(write_sweep(tmp_path, random_model_dir, '[grid]\n"batch.prompts_per_step" = [2, 4]\n'))
+    interrupted_staging(points[0], tmp_path / "sweep", monkeypatch, 4, 1, "run.checkpoint_every_samples=1")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         result = run_sweep(points, tmp_path / "sweep", executor="ray", threads=1)
     finally:
         ray.shutdown()
     assert result["ran"] == 2
+    assert "grpo-P2-G2-sqrt seed 0: resuming from step 3 (checkpoint, 12 samples)" in capsys.readouterr().err
     for point in points:
         assert records(tmp_path / "sweep" / "runs" / point.name) == direct_run(point, tmp_path)
+    assert not any(p.name.startswith(".") for p in (tmp_path / "sweep" / "runs").iterdir())

@@ -153,15 +153,21 @@ class SweepLock:
                          f"wait for that {self.what} to finish (or stop it), or choose another --out")
 
 
+def run_lock_path(run_dir: Path) -> Path:
+    """The lock file of the run `run_dir`: its hidden sibling `.<name>.lock`."""
+    run_dir = Path(run_dir).absolute()
+    return run_dir.parent / f".{run_dir.name}.lock"
+
+
 class RunLock(SweepLock):
     """An exclusive lock on one run directory (which need not exist yet): its file is the hidden sibling
-    `.<name>.lock`."""
+    `.<name>.lock` (`run_lock_path`)."""
 
     what = "run"
 
     def __init__(self, run_dir: Path):
         run_dir = Path(run_dir).absolute()
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir.parent / f".{run_dir.name}.lock"
+        self.path = run_lock_path(run_dir)
         self.target = run_dir
         self._fd = None

@@ -6,23 +6,32 @@ Training (`run_destination`). A new or empty `out` is written in place: a crash 
 hidden sibling `.NAME.training-PID-TOKEN`; the two are swapped only once the new run has finished, so a failed start
 or a crash never loses the earlier run.
 
-Sweeps (`sweep_staging_dir`, `clear_staging`). A point trains in `runs/.NAME.partial-PID-TOKEN`, a name no other
-process picks, and the sweep that started it moves it to `runs/NAME` when its worker reports success. A directory
-under runs/ is therefore always a finished run moved by the sweep that trained it; a staging directory is never
-adopted, and a rerun (holding the sweep lock, so no other sweep is alive) removes every one it finds.
+Sweeps (`sweep_staging_dir`, `staged_points`, `claim_staging`, `clear_staging`). A point trains in
+`runs/.NAME.partial-PID-TOKEN`, a name no other process picks, and the sweep that started it moves it to `runs/NAME`
+when its worker reports success. A directory under runs/ is therefore always a finished run moved by the sweep that
+trained it to its end; a staging directory is never adopted as it is. A rerun holds the sweep lock, so no other
+sweep (and no worker of one: they die with it) is alive: it may claim one staging directory of each point still to
+run, renaming it to a fresh name of its own, and resume it from its newest checkpoint (sweep.resume picks which); it
+removes every other one, with the lock file (`.<staging name>.lock`, rundir.lock.RunLock) a killed worker left
+beside it. Only names of the forms above are touched.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from batchscale.files import staged_directory, unique_suffix
+from batchscale.rundir.lock import run_lock_path
 from batchscale.rundir.run import METRICS_FILE, is_run_dir, sweep_runs_dir
 
 STAGING_MARK = ".partial-"
+STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial-\d+-[0-9a-f]{8}")  # .NAME.partial-PID-TOKEN (files.unique_suffix)
+OLD_STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial")  # before staging names were unique
+STAGING_LOCK_NAME = re.compile(r"\.(?P<staging>\..+\.partial-\d+-[0-9a-f]{8})\.lock")  # a worker's RunLock file
 
 
 @contextmanager
@@ -52,11 +61,40 @@ def sweep_staging_dir(sweep_dir: Path, name: str) -> Path:
     return sweep_runs_dir(sweep_dir) / f".{name}{STAGING_MARK}{unique_suffix()}"
 
 
-def clear_staging(sweep_dir: Path) -> list[Path]:
-    """Remove every staging directory under runs/ (call while holding the sweep lock); returns what was removed."""
+def staged_points(sweep_dir: Path) -> dict[str, list[Path]]:
+    """Point name -> its staging directories under runs/ (unique names only), oldest name first."""
     runs = sweep_runs_dir(sweep_dir)
-    removed = [p for p in runs.glob(f".*{STAGING_MARK}*") if p.is_dir()] if runs.is_dir() else []
-    removed += [p for p in runs.glob(".*.partial") if p.is_dir()] if runs.is_dir() else []  # before unique names
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
+    found: dict[str, list[Path]] = {}
+    for path in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if (match := STAGING_NAME.fullmatch(path.name)) and path.is_dir():
+            found.setdefault(match["name"], []).append(path)
+    return found
+
+
+def claim_staging(path: Path, sweep_dir: Path, name: str) -> Path:
+    """Rename an interrupted sweep's staging directory of point `name` to a fresh name of this process (call while
+    holding the sweep lock), removing its dead worker's lock file; returns the new path."""
+    claimed = sweep_staging_dir(sweep_dir, name)
+    path.rename(claimed)
+    run_lock_path(path).unlink(missing_ok=True)
+    return claimed
+
+
+def clear_staging(sweep_dir: Path, keep: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
+    """Remove every staging directory under runs/ but those in `keep`, and every staging lock file a killed worker
+    left (call while holding the sweep lock); returns what was removed."""
+    runs = sweep_runs_dir(sweep_dir)
+    if not runs.is_dir():
+        return []
+    kept = {Path(p).name for p in keep}
+    removed = []
+    for path in sorted(runs.iterdir()):
+        if path.name in kept:
+            continue
+        if path.is_dir() and (STAGING_NAME.fullmatch(path.name) or OLD_STAGING_NAME.fullmatch(path.name)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        elif (match := STAGING_LOCK_NAME.fullmatch(path.name)) and match["staging"] not in kept and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
     return removed

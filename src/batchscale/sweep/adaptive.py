@@ -7,12 +7,16 @@ for that seed. After every finished seed the race hears of it, sweep.json is rew
 the race's facts (target, rule, stopped points), and the next seed is decided.
 
 Resuming: a rerun reads the finished runs under runs/ back into the race (N* recomputed at the recorded target) and
-goes on from there; the recorded target is kept, so a rerun cannot move the score runs already stopped at.
+goes on from there; the recorded target is kept, so a rerun cannot move the score runs already stopped at. A seed
+the interrupted race had started continues from its newest checkpoint when the race launches it again (sweep.resume),
+its stop rule, the rerun's, checked at its evals from there on against all of its records, those before the
+checkpoint included; a claimed staging directory the race does not launch again is removed when the race ends.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -21,8 +25,7 @@ from batchscale.analysis import curves, signal, targets
 from batchscale.config import derive_plan, validate_config
 from batchscale.errors import UserError
 from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
-from batchscale.rundir.staging import sweep_staging_dir
-from batchscale.sweep.executors import open_executor
+from batchscale.sweep.executors import RunJob, open_executor
 from batchscale.sweep.race import PointFacts, Race, RaceSettings
 from batchscale.sweep.race_rule import SeedResult
 from batchscale.sweep.runner import adopt, failure_reason, prebuild_models, prepare_sweep_dir
@@ -117,7 +120,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     if target is not None:
         race.set_target(target, rule)
 
-    state = prepare_sweep_dir(candidates, sweep_dir)
+    state = prepare_sweep_dir(candidates, sweep_dir, threads, log=progress.note)
     for point in state.finished:
         race.record(seed_result(sweep_runs_dir(sweep_dir) / point.name, race.target))
     started, in_flight, failed = time.perf_counter(), {}, []  # the budget counts the warm start too
@@ -156,8 +159,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
                 fix_target()
             while len(in_flight) < workers and (job := race.next_job(time.perf_counter() - started)) is not None:
                 point = by_name[f"{job.label}__s{job.seed}"]
-                staging = sweep_staging_dir(sweep_dir, point.name)
-                pool.submit((point, staging), stop=job.stop)
+                pool.submit(RunJob(point, *state.staging_for(point, sweep_dir, log=progress.note)), stop=job.stop)
                 in_flight[point.name] = job
                 launched.append(point.name)
                 if job.seed not in seeds[:settings.initial_seeds]:
@@ -166,7 +168,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             save()
             if not in_flight:
                 break
-            (point, staging), outcome = pool.next_outcome()
+            (point, staging, _), outcome = pool.next_outcome()
             job = in_flight.pop(point.name)
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, (UserError, BrokenProcessPool)):
@@ -186,6 +188,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
                 progress.point_stopped(label, race.stopped[label])
     finally:
         pool.close()
+    for unused in state.resumable.values():  # claimed for seeds the race did not run again
+        shutil.rmtree(unused.staging, ignore_errors=True)
     decision = race.decision()
     trained = sum(s.samples for seeds in race.results.values() for s in seeds)
     progress.note(f"race over: {race.ended}; {trained:,.0f} samples trained, {trained / full_grid:.0%} of the full grid "

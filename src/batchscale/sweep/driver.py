@@ -13,8 +13,7 @@ from pathlib import Path
 from batchscale.config import derive_plan
 from batchscale.errors import UserError
 from batchscale.rundir.lock import SweepLock
-from batchscale.rundir.staging import sweep_staging_dir
-from batchscale.sweep.executors import EXECUTORS, open_executor, run_jobs
+from batchscale.sweep.executors import EXECUTORS, RunJob, open_executor, run_jobs
 from batchscale.sweep.progress import SweepProgress
 from batchscale.sweep.race import RaceSettings
 from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
@@ -107,19 +106,20 @@ def _race_locked(points, sweep_dir, race, target, target_rule, executor, workers
 
 def _run_locked(points: list[Point], sweep_dir: Path, executor: str, workers: int, address: str | None,
                 threads: int) -> dict:
-    state = prepare_sweep_dir(points, sweep_dir)
-    console.print(f"sweep: {len(points)} runs, {len(state.finished)} already finished, {len(state.todo)} to run "
-                  f"on {executor} ({workers} worker(s) x {threads} thread(s))")
+    state = prepare_sweep_dir(points, sweep_dir, threads, log=console.print)
+    resumed = f" ({len(state.resumable)} from a checkpoint)" if state.resumable else ""
+    console.print(f"sweep: {len(points)} runs, {len(state.finished)} already finished, {len(state.todo)} to run"
+                  f"{resumed} on {executor} ({workers} worker(s) x {threads} thread(s))")
     if state.todo:
         prebuild_models(state.todo, log=console.print)
     summaries = {p.name: read_summary(sweep_dir, p.name) for p in state.finished}
-    jobs = [(point, sweep_staging_dir(sweep_dir, point.name)) for point in state.todo]
+    jobs = [RunJob(point, *state.staging_for(point, sweep_dir, log=console.print)) for point in state.todo]
     failed: list[tuple[str, BaseException]] = []
     with SweepProgress(len(points), len(state.finished), workers=workers) as progress:
         pool = open_executor(executor, workers, threads, address, event_handler(progress, run_totals(state.todo)))
         outcomes = run_jobs(pool, jobs)
         with closing(outcomes):  # leaving early (an error, Ctrl-C) stops the executor's runs at once
-            for left, ((point, staging), outcome) in enumerate(outcomes, 1):
+            for left, ((point, staging, _), outcome) in enumerate(outcomes, 1):
                 if isinstance(outcome, BaseException):
                     if not isinstance(outcome, (UserError, BrokenProcessPool)):
                         raise outcome
@@ -141,4 +141,5 @@ def _raise_failures(sweep_dir: Path, failed: list[tuple[str, BaseException]], ru
     name, error = failed[0]
     others = f" (and {len(failed) - 1} more: {', '.join(n for n, _ in failed[1:])})" if len(failed) > 1 else ""
     raise UserError(f"sweep {sweep_dir}", f"{len(failed)} of {runs} runs failed; {name}: {failure_reason(error)}{others}",
-                    "fix the cause and rerun the sweep: finished runs are kept, failed ones start again")
+                    "fix the cause and rerun the sweep: finished runs are kept, a failed one resumes from its newest "
+                    "checkpoint when its config is unchanged, else starts again")

@@ -1,5 +1,6 @@
-"""Executors: where sweep points run. Both take the same (point, staging directory) jobs and yield, as each run ends,
-the job and its summary (or the exception it raised); the sweep moves finished runs into place itself.
+"""Executors: where sweep points run. Both take the same jobs (a point, its staging directory, whether to resume the
+unfinished run there: sweep.resume) and yield, as each run ends, the job and its summary (or the exception it
+raised); the sweep moves finished runs into place itself.
 
 - local: a pool of spawned worker processes (spawn, not fork: torch's thread pools do not survive fork). Each worker
   dies with the sweep (`runner.init_worker`: parent-death signal); a sweep that stops early (an error, Ctrl-C) kills
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from batchscale.errors import UserError
 from batchscale.sweep.runner import init_worker, run_point
@@ -24,8 +25,16 @@ from batchscale.sweep.spec import Point
 
 EXECUTORS = ("local", "ray")
 
-Job = tuple[Point, Path]  # a point and the staging directory the sweep named for it
-Outcome = tuple[Job, "dict | BaseException"]
+
+class RunJob(NamedTuple):
+    """One run to submit: a point, where it trains, and whether it continues an interrupted one there."""
+
+    point: Point
+    staging: Path  # the staging directory the sweep named for it, or claimed from an interrupted sweep
+    resume: bool = False  # continue the unfinished run in `staging` from its newest checkpoint
+
+
+Outcome = tuple[RunJob, "dict | BaseException"]
 
 
 def _drain(events) -> list:
@@ -62,10 +71,9 @@ class LocalExecutor:
                                         initargs=(self.events, os.getpid()))
         self.pending: dict = {}  # future -> job
 
-    def submit(self, job: Job, stop=None) -> None:
-        point, staging = job
-        self.pending[self.pool.submit(run_point, point.config_data, str(staging), point.name, self.threads,
-                                      stop=stop)] = job
+    def submit(self, job: RunJob, stop=None) -> None:
+        self.pending[self.pool.submit(run_point, job.point.config_data, str(job.staging), job.point.name,
+                                      self.threads, stop=stop, resume=job.resume)] = job
 
     def next_outcome(self) -> Outcome:
         """Block until a submitted run ends; progress events are handed on while waiting."""
@@ -102,9 +110,9 @@ class RayExecutor:
         self.task = ray.remote(num_cpus=threads)(run_point)
         self.pending: dict = {}  # object ref -> job
 
-    def submit(self, job: Job, stop=None) -> None:
-        point, staging = job
-        ref = self.task.remote(point.config_data, str(staging), point.name, self.threads, self.events, stop=stop)
+    def submit(self, job: RunJob, stop=None) -> None:
+        ref = self.task.remote(job.point.config_data, str(job.staging), job.point.name, self.threads, self.events,
+                               stop=stop, resume=job.resume)
         self.pending[ref] = job
 
     def next_outcome(self) -> Outcome:
@@ -131,7 +139,7 @@ def open_executor(executor: str, workers: int, threads: int, address: str | None
     return RayExecutor(threads, address, on_events)
 
 
-def run_jobs(executor, jobs: list[Job]) -> Iterator[Outcome]:
+def run_jobs(executor, jobs: list[RunJob]) -> Iterator[Outcome]:
     """Submit every job at once and yield outcomes as runs end; leaving early (an error, Ctrl-C) stops the rest."""
     try:
         for job in jobs:

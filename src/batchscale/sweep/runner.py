@@ -2,10 +2,12 @@
 
 Each point trains into a staging directory `runs/.<name>.partial-<pid>-<token>/` whose name the sweep picks for it
 (rundir.staging), and the sweep that started the point moves it to `runs/<name>/` when the point's worker reports
-success. A directory under runs/ is therefore always a finished run moved there by the sweep that trained it. A sweep
-holds the directory's lock (rundir.lock) from before it looks at runs/ until its last run is in place, so a rerun never
-races a live sweep: it skips finished runs, removes every staging directory (none belongs to a live process), removes
-run directories without a summary, and restarts those points cleanly; every record exists exactly once.
+success. A directory under runs/ is therefore always a finished run moved there by the sweep that trained it to its
+end. A sweep holds the directory's lock (rundir.lock) from before it looks at runs/ until its last run is in place,
+so a rerun never races a live sweep: it skips finished runs, removes run directories without a summary, continues
+each unfinished point from the newest checkpoint its staging directory holds (sweep.resume: claimed under a fresh
+name, resumed by its worker) and removes every other staging directory (none belongs to a live process), restarting
+those points cleanly; every record exists exactly once.
 
 Workers die with the sweep (batchscale.processes): a sweep killed with SIGKILL leaves no worker training on, and no
 late result can be renamed into runs/, because only the sweep process renames.
@@ -19,9 +21,11 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from batchscale.rundir import is_finished_run, read_run, sweep_runs_dir, write_sweep_points
-from batchscale.rundir.staging import clear_staging
+from batchscale.rundir.staging import sweep_staging_dir
+from batchscale.sweep.resume import Resumable, reclaim_staging, with_threads
 from batchscale.sweep.spec import Point
 
 _events = None  # a local pool worker's progress queue, set by init_worker
@@ -40,14 +44,16 @@ def init_worker(events, parent_pid: int) -> None:
     _events = events
 
 
-def run_point(config_data: dict, staging: str, name: str, threads: int, events=None, stop=None) -> dict:
+def run_point(config_data: dict, staging: str, name: str, threads: int, events=None, stop=None,
+              resume: bool = False) -> dict:
     """Train one point into `staging` (a fresh directory the sweep named); returns its summary. Runs in a worker
-    process; the sweep moves `staging` into place. `stop`: a racing sweep's rule (sweep.race_rule.StopRule)."""
+    process (every argument a plain value: a Ray task gets copies); the sweep moves `staging` into place. `stop`: a
+    racing sweep's rule (sweep.race_rule.StopRule). With `resume`, `staging` is an unfinished run the sweep claimed
+    (sweep.resume) and the run continues from its newest checkpoint, its earlier records kept."""
     from batchscale.config import validate_config
     from batchscale.train.loop import train
 
-    config_data = {**config_data, "run": {**config_data["run"], "threads": threads}}
-    cfg = validate_config(config_data)
+    cfg = validate_config(with_threads(config_data, threads))
     events = events if events is not None else _events
     post = events.put if events is not None else (lambda event: None)
     post(("start", name, None))
@@ -57,7 +63,7 @@ def run_point(config_data: dict, staging: str, name: str, threads: int, events=N
         post(("record", name, {k: record[k] for k in keep if k in record}))
 
     summary = train(cfg, Path(staging), overwrite=False, on_record=on_record, log=lambda line: None, stop=stop,
-                    lock=False)  # the sweep lock covers its staging directories, whose names are this process's
+                    resume=resume, lock=False)  # the sweep lock covers its staging directories
     post(("done", name, summary))
     return summary
 
@@ -80,14 +86,26 @@ def adopt(staging: Path, sweep_dir: Path, name: str) -> Path:
 class SweepState:
     finished: list[Point]
     todo: list[Point]
+    resumable: dict[str, Resumable]  # point name -> the staging directory its worker resumes (sweep.resume)
+
+    def staging_for(self, point: Point, sweep_dir: Path, log: Callable[[str], None] = print) -> tuple[Path, bool]:
+        """(staging directory, resume?) of a point about to be submitted: its claimed one (once; `log` hears that it
+        resumes), else a fresh one."""
+        claimed = self.resumable.pop(point.name, None)
+        if claimed is None:
+            return sweep_staging_dir(sweep_dir, point.name), False
+        for line in claimed.lines(point):
+            log(line)
+        return claimed.staging, True
 
 
-def prepare_sweep_dir(points: list[Point], sweep_dir: Path) -> SweepState:
-    """Decide what is left to run and clear what interrupted sweeps left (call while holding the sweep lock).
+def prepare_sweep_dir(points: list[Point], sweep_dir: Path, threads: int | None = None,
+                      log: Callable[[str], None] = print) -> SweepState:
+    """Decide what is left to run, claim the staging directories its points resume from and clear the rest of what
+    interrupted sweeps left (call while holding the sweep lock; `threads`: each run's, as run_point sets them).
     Records the sweep's points in sweep.json."""
     runs = sweep_runs_dir(sweep_dir)
     runs.mkdir(parents=True, exist_ok=True)
-    clear_staging(sweep_dir)
     finished, todo = [], []
     for point in points:
         final = runs / point.name
@@ -96,8 +114,9 @@ def prepare_sweep_dir(points: list[Point], sweep_dir: Path) -> SweepState:
             continue
         shutil.rmtree(final, ignore_errors=True)  # a run directory without a summary did not finish
         todo.append(point)
+    resumable = reclaim_staging(todo, sweep_dir, threads, log)
     write_sweep_points(sweep_dir, [{"name": p.name, "label": p.label, "seed": p.seed} for p in points])
-    return SweepState(finished, todo)
+    return SweepState(finished, todo, resumable)
 
 
 def prebuild_models(points: list[Point], log=print, heartbeat_s: float | None = None) -> None:

@@ -99,7 +99,8 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
                log: Callable[[str], None], stop: StopCheck | None = None, loop: LoopState | None = None) -> dict:
     """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget, or to
     the eval at which `stop` says why to end; summary.json last. `loop` (a resumed run's position, its records
-    already in metrics.jsonl) continues after its step instead of starting at 0."""
+    already in metrics.jsonl) continues after its step instead of starting at 0; `stop` then sees those records
+    too, and is asked first at the eval the checkpoint follows, if it follows one."""
     cfg, plan = state.cfg, state.plan
     descriptor = run_descriptor(cfg)
     runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
@@ -136,6 +137,8 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
         if not resumed:
             eval_now(0)
             stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
+        elif stop is not None and records and records[-1]["kind"] == "eval":
+            stopped = stop(records)  # resumed after an eval: this process's rule (a rerun's race) on every record
         while stopped is None and loop.step < plan.num_steps:
             loop.step += 1
             step = loop.step

@@ -17,14 +17,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from batchscale.config import Config, apply_overrides, read_toml, validate_config
 from batchscale.errors import UserError
 from batchscale.files import read_json_object
 from batchscale.rundir.checkpoint import newest_checkpoint, rewind_metrics
 from batchscale.rundir.run import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
-from batchscale.train.checkpointing import LoopState, restore
+
+if TYPE_CHECKING:
+    from batchscale.train.checkpointing import LoopState
 
 MAY_DIFFER = ("run.budget_samples", "run.checkpoint_every_samples", "run.keep_checkpoints", "run.save_policy",
               "run.tensorboard", "run.out_dir")
@@ -64,12 +66,8 @@ def resume_config(run_dir: Path, config: Path | None = None, overrides: list[str
     saved = saved_config(run_dir)
     original = validate_config(saved)
     cfg = validate_config(apply_overrides(read_toml(config) if config else saved, list(overrides)))
-    before, after = flatten(original.model_dump(mode="json")), flatten(cfg.model_dump(mode="json"))
-    differ = sorted(key for key in set(before) | set(after)
-                    if before.get(key) != after.get(key) and key not in MAY_DIFFER)
-    if differ:
-        shown = "; ".join(f"{key}: {before.get(key)!r} in the run, {after.get(key)!r} now" for key in differ[:6])
-        raise UserError("--resume", f"the config differs from the run's in {', '.join(differ)} ({shown})",
+    if differ := config_differences(original, cfg):
+        raise UserError("--resume", f"the config differs from the run's in {differ}",
                         "resume with the run's own config (omit CONFIG and those --set keys); only "
                         f"{', '.join(MAY_DIFFER)} may change")
     if cfg.run.budget_samples < original.run.budget_samples:
@@ -79,10 +77,36 @@ def resume_config(run_dir: Path, config: Path | None = None, overrides: list[str
     return cfg
 
 
+def config_differences(original: Config, cfg: Config) -> str | None:
+    """The keys outside MAY_DIFFER in which `cfg` differs from the run's `original`, with both values (the first
+    six), as `a.b, c.d (a.b: 1 in the run, 2 now; ...)`; None when it differs in none."""
+    before, after = flatten(original.model_dump(mode="json")), flatten(cfg.model_dump(mode="json"))
+    differ = sorted(key for key in set(before) | set(after)
+                    if before.get(key) != after.get(key) and key not in MAY_DIFFER)
+    if not differ:
+        return None
+    shown = "; ".join(f"{key}: {before.get(key)!r} in the run, {after.get(key)!r} now" for key in differ[:6])
+    return f"{', '.join(differ)} ({shown})"
+
+
+def continuation_problem(run_dir: Path, cfg: Config) -> str | None:
+    """Why the unfinished run at `run_dir` cannot be continued with `cfg` (a sweep's point, whose config comes from
+    the sweep file): its config differs in more than MAY_DIFFER, or its budget would shrink; None when it can."""
+    original = validate_config(saved_config(run_dir))
+    if differ := config_differences(original, cfg):
+        return f"its config differs from the point's in {differ}"
+    if cfg.run.budget_samples < original.run.budget_samples:
+        return (f"its run.budget_samples ({original.run.budget_samples}) is larger than the point's "
+                f"({cfg.run.budget_samples})")
+    return None
+
+
 def resume_point(run_dir: Path, state, log: Callable[[str], None] = print) -> LoopState | None:
     """Restore `state` (freshly built for the run's config) from the run's newest usable checkpoint and cut
     metrics.jsonl back to it; returns where the loop continues, None (from the start) when no checkpoint is
     usable."""
+    from batchscale.train.checkpointing import restore
+
     found = newest_checkpoint(run_dir, warn=log)
     if found is None:
         rewind_metrics(run_dir, [])
