@@ -70,6 +70,27 @@ def test_trainer_state_without_step_time_has_null_wall_s(tmp_path, capsys):
     assert run["import"]["wall_s_from"].startswith("unavailable")
 
 
+def test_gradient_noise_keys_from_the_callback_pass_through(tmp_path):
+    """The keys batchscale's GradientNoiseCallback adds (integrations.trl) keep their names; a null gns/b_noise (not
+    resolved) stays null instead of being dropped; the Trainer's closing summary at the last step is no duplicate."""
+    state = json.loads(write_trainer_state(tmp_path / "plain.json").read_text())
+    for entry, b_noise in zip([e for e in state["log_history"] if "reward" in e], [None, 40.0, 52.5, 61.0]):
+        entry.update({"gns/grad_sq": 0.5, "gns/trace_sigma": 20.0, "gns/b_noise": b_noise, "time/generate": 1.5,
+                      "time/train": 0.5})
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    records, run = check_run_dir(tmp_path / "run", P, G)
+    steps = [r for r in records if r["kind"] == "step"]
+    assert [r["gns/b_noise"] for r in steps] == [None, 40.0, 52.5, 61.0]
+    assert all(r["gns/grad_sq"] == 0.5 and r["gns/trace_sigma"] == 20.0 for r in steps)
+    assert all(r["time/generate"] == 1.5 and r["time/train"] == 0.5 for r in steps)
+    block = run["import"]
+    assert block["problems"] == []  # nothing dropped, no step "logged more than once"
+    assert not any(key.startswith(("gns/", "time/")) for key in block["unknown_keys"])
+    assert not any(line.startswith(("time/generate", "time/train")) for line in block["not_provided"])
+    assert any("GradientNoiseCallback" in note for note in block["notes"])
+
+
 def test_trainer_state_errors(tmp_path):
     state = tmp_path / "trainer_state.json"
     state.write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.1}, {"reward": 0.2}]}))

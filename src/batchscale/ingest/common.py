@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from batchscale.errors import UserError
+from batchscale.rundir.run import GNS_STEP_KEYS
 
 # The formats `batchscale import` reads (importer.READERS maps each to its reader).
 FORMATS = ("verl", "openrlhf", "tensorboard", "trl", "wandb-csv")
@@ -39,16 +40,22 @@ STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
     # trainers time filtered rollouts as `get_batch_rollout_with_filtering`
     "time/generate": {"verl": ("timing_s/gen", "timing_s/generate_sequences", "timing_s/generate_async",
                                "timing_s/get_batch_rollout_with_filtering"),
-                      "openrlhf": ("train/timing/generation",), "trl": ()},
+                      "openrlhf": ("train/timing/generation",),
+                      "trl": ("time/generate",)},  # TRL logs no phase times; batchscale's callback does
     "time/generate_max": {"verl": ("timing_s/gen_max",), "openrlhf": (), "trl": ()},
-    "time/train": {"verl": ("timing_s/update_actor",), "openrlhf": ("train/timing/ppo_train",), "trl": ()},
+    "time/train": {"verl": ("timing_s/update_actor",), "openrlhf": ("train/timing/ppo_train",),
+                   "trl": ("time/train",)},
     "time/train_critic": {"verl": ("timing_s/update_critic",), "openrlhf": (), "trl": ()},
     "time/step": {"verl": ("timing_s/step",), "openrlhf": ("train/timing/step_total",), "trl": ("step_time",)},
     "grad_norm/actor": {"verl": ("actor/grad_norm",), "openrlhf": ("train/actor_grad_norm",), "trl": ("grad_norm",)},
     "lr/actor": {"verl": ("actor/lr",), "openrlhf": ("train/actor_lr",), "trl": ("learning_rate",)},
     "grad_norm/critic": {"verl": ("critic/grad_norm",), "openrlhf": ("train/critic_grad_norm",), "trl": ()},
     "lr/critic": {"verl": ("critic/lr",), "openrlhf": ("train/critic_lr",), "trl": ()},
+    # the online gradient noise scale: in a TRL log, from batchscale's callback (integrations.trl), under these names
+    **{key: {"verl": (), "openrlhf": (), "trl": (key,)} for key in GNS_STEP_KEYS["actor"].values()},
 }
+# batchscale keys whose logged null is a value, kept as null (not dropped): gns/b_noise null is "not resolved"
+NULL_KEPT = frozenset({GNS_STEP_KEYS["actor"]["b_noise"]})
 
 LARGEST_WINS = frozenset({"time/generate"})  # batchscale keys whose candidates are phases: the largest present wins
 # Other keys that look like a generation phase (custom trainers): a warning when one exceeds time/generate.

@@ -24,11 +24,14 @@ import re
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import (
+    BOOKKEEPING_KEYS,
     FILTER_KEY_PATTERNS,
     GENERATED_COUNT_KEYS,
     GENERATION_LIKE,
     LARGEST_WINS,
+    NULL_KEPT,
     STEP_KEY_MAP,
+    STEP_KEYS as LOG_STEP_KEYS,  # where each framework logs its step (rundir's STEP_KEYS: the contract's keys)
     ParsedLog,
     eval_name,
     is_known_key,
@@ -43,19 +46,25 @@ def merge_rows_by_step(parsed: ParsedLog, path: str, dropped: list[str]) -> dict
     """step -> {"metrics": merged metrics, "time_s": earliest timestamp}; duplicates noted.
 
     Mapped and eval values are checked here, row by row, so an error names the row that holds the bad value; NaN/inf
-    values are dropped (listed in `dropped`). Unmapped keys keep their raw values (only their names are reported).
+    values are dropped (listed in `dropped`), and so are nulls, except those of NULL_KEPT keys (gns/b_noise).
+    Unmapped keys keep their raw values (only their names are reported). A step is "logged more than once" when two
+    of its rows share a key other than bookkeeping (step, epoch, ...: TRL's closing summary shares those).
     The earliest timestamp marks the end of the step's training: a framework logs a step's scalars together when the
     step ends, and an eval logged later at the same step must not make the step look slower.
     """
     checked_keys = mapped_keys(parsed.style)
+    null_kept = {key for name in NULL_KEPT for key in STEP_KEY_MAP[name][parsed.style]}
+    bookkeeping = BOOKKEEPING_KEYS[parsed.style] | set(LOG_STEP_KEYS[parsed.style])
     merged: dict[int, dict] = {}
     overwritten_steps: set[int] = set()
     for row in parsed.rows:
         entry = merged.setdefault(row.step, {"metrics": {}, "time_s": None})
-        if set(row.metrics) & set(entry["metrics"]):
+        if (set(row.metrics) & set(entry["metrics"])) - bookkeeping:
             overwritten_steps.add(row.step)
         for key, raw in row.metrics.items():
-            if key in checked_keys or eval_name(parsed.style, key) is not None:
+            if raw is None and key in null_kept:
+                pass  # a null that means something (NULL_KEPT): kept
+            elif key in checked_keys or eval_name(parsed.style, key) is not None:
                 value = parse_number(raw, row.where, key, path)
                 if value is None:
                     dropped.append(f"{row.where} {key}")

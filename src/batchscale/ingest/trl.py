@@ -15,6 +15,10 @@ Keys differ across TRL versions and forks (trl/trainer/grpo_trainer.py): `comple
 a log holding only the per-function means gets their sum (noted). A state whose log holds no reward at all is
 refused: it is not an RL run (an SFT or reward-model trainer's state).
 
+Gradient noise: `gns/grad_sq`, `gns/trace_sigma`, `gns/b_noise` (null kept: not resolved) and the timers
+`time/generate`, `time/train` are logged by batchscale's own callback (`integrations.trl`) and pass through under the
+same names; its unit caveat is noted.
+
 Batch shape: the Trainer records `train_batch_size` in the state, the per-device batch (completions per device per
 micro-step); with `num_generations` (recorded by some trainers and forks) it hints G and P = train_batch_size / G,
 which assumes one process and no gradient accumulation, so flags may override it (noted).
@@ -28,10 +32,16 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
+from batchscale.rundir.run import GNS_STEP_KEYS
 
 REWARD_FUNCTION_MEAN = re.compile(r"^rewards/[^/]+/mean$")
 NOT_RL_FIX = ("import the trainer_state.json of an RL run (GRPO, RLOO, PPO, ...): TRL logs 'reward' at each logging "
               "step")
+
+GNS_KEY = GNS_STEP_KEYS["actor"]["grad_sq"]
+GNS_NOTE = ("gns/* were logged by batchscale's GradientNoiseCallback (batchscale.integrations.trl): TRL spreads a "
+            "prompt group's completions over micro-batches, so the estimate takes completions as independent (B_noise "
+            "differs from a group-unit one by 1 + (G - 1) x their within-group correlation; docs/IMPORT.md)")
 
 FIX = "pass the trainer_state.json the Hugging Face / TRL Trainer saved (its log_history entries carry a 'step')"
 
@@ -66,6 +76,8 @@ def read_trl_state(path: Path) -> ParsedLog:
         raise UserError(str(path), "log_history is empty: no usable records", "import a run that logged at least once")
     check_rewards(path, parsed)
     read_batch_hints(state, parsed)
+    if any(GNS_KEY in row.metrics for row in parsed.rows):
+        parsed.notes.append(GNS_NOTE)
     logging_steps = state.get("logging_steps")
     first_logged = min((row.step for row in parsed.rows if row.step > 0), default=1)
     parsed.step_window = logging_steps if isinstance(logging_steps, int) and logging_steps >= 1 else first_logged

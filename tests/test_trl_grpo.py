@@ -1,0 +1,99 @@
+"""GradientNoiseCallback in TRL's real GRPOTrainer (CPU, a tiny random Llama, 3 steps of 2 micro-batches, TRL's default
+token-sum loss `dapo`, gradient checkpointing on as TRL defaults): training is bitwise the same with and without it
+(losses, gradient norms, final weights), every training log carries the gns keys and timers (their step norm is
+the Trainer's own before clipping), `batchscale import trl` passes them into the step records, and `plan --predict`
+plans from the imported run.
+
+TRL runs in its own venv, .cache/bench/trl-venv (benchmarks/e2e_trl.py's recipe: torch==2.13.0 pinned first, then
+trl==1.13.0), made on first use; the test skips, saying why, when it cannot be made (no package registry)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from batchscale.cli import main
+from batchscale.rundir import read_run
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).with_name("trl_grpo_worker.py")
+P, G, MICRO, ACCUMULATION, STEPS = 2, 4, 4, 2, 3  # a step: 2 micro-batches of 4 completions = 2 groups of 4
+
+
+@pytest.fixture(scope="module")
+def trl_python() -> Path:
+    spec = importlib.util.spec_from_file_location("e2e_trl", ROOT / "benchmarks" / "e2e_trl.py")
+    e2e_trl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(e2e_trl)
+    try:
+        return e2e_trl.ensure_trl_venv(e2e_trl.TRL_VENV)
+    except (subprocess.CalledProcessError, OSError) as e:
+        pytest.skip(f"the TRL venv ({e2e_trl.TRL_VENV}) could not be made, is a package registry reachable? ({e})")
+
+
+def train(python: Path, model_dir: Path, out_dir: Path, callback: bool) -> dict:
+    spec = {"src": str(ROOT / "src"), "model_dir": str(model_dir), "out_dir": str(out_dir), "callback": callback,
+            "steps": STEPS, "micro_batch_size": MICRO, "accumulation": ACCUMULATION, "samples_per_prompt": G,
+            "max_new_tokens": 8, "loss_type": "dapo", "max_grad_norm": 0.5, "logging_steps": 1}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([str(python), str(WORKER), json.dumps(spec)], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    versions = json.loads(proc.stdout.strip().splitlines()[-1])
+    state = json.loads((out_dir / "trainer_state.json").read_text())
+    return {"versions": versions, "log": [e for e in state["log_history"] if "loss" in e]}
+
+
+@pytest.mark.slow
+def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, capsys):
+    import torch
+
+    plain = train(trl_python, random_model_dir, tmp_path / "plain", callback=False)
+    measured = train(trl_python, random_model_dir, tmp_path / "measured", callback=True)
+    assert measured["versions"]["trl"] == "1.13.0" and measured["versions"]["gradient_checkpointing"]
+
+    # the training itself is unchanged, bitwise
+    assert [e["step"] for e in measured["log"]] == list(range(1, STEPS + 1))
+    for key in ("loss", "grad_norm", "reward"):
+        assert [e[key] for e in measured["log"]] == [e[key] for e in plain["log"]], key
+    weights = [torch.load(tmp_path / run / "weights.pt") for run in ("plain", "measured")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+    # every training entry carries the keys
+    for entry in measured["log"]:
+        for key in ("gns/grad_sq", "gns/trace_sigma", "time/generate", "time/train"):
+            assert isinstance(entry[key], float) and math.isfinite(entry[key]), (key, entry)
+        assert "gns/b_noise" in entry  # a number, or null while not resolved
+        assert entry["time/generate"] > 0 and entry["time/train"] > 0
+        # |G|^2 + tr(Sigma) / B is |g_B|^2 identically: the step's norm before clipping (max_grad_norm 0.5 clips)
+        batch = MICRO * ACCUMULATION
+        assert entry["gns/grad_sq"] + entry["gns/trace_sigma"] / batch == pytest.approx(entry["grad_norm"] ** 2,
+                                                                                        rel=1e-4)
+    assert any(entry["grad_norm"] > 0.5 for entry in measured["log"])
+    assert not any(key.startswith("gns/") for e in plain["log"] for key in e)
+
+    # imported: the step records carry them; plan --predict runs on the import
+    run_dir = tmp_path / "run"
+    assert main(["import", "trl", str(tmp_path / "measured"), "--out", str(run_dir),
+                 "--prompts-per-step", str(P), "--samples-per-prompt", str(G)]) == 0
+    run = read_run(run_dir)
+    assert run.samples_per_step == MICRO * ACCUMULATION
+    for record, entry in zip(run.steps, measured["log"]):
+        for key in ("gns/grad_sq", "gns/trace_sigma", "gns/b_noise", "time/generate", "time/train"):
+            assert record[key] == entry[key], key
+    block = json.loads((run_dir / "run.json").read_text())["import"]
+    assert any("GradientNoiseCallback" in note for note in block["notes"])
+    assert not any(key.startswith(("gns/", "time/")) for key in block["unknown_keys"])
+    assert not any(line.startswith(("time/generate", "time/train")) for line in block["not_provided"])
+    capsys.readouterr()
+    assert main(["plan", "--predict", str(run_dir), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["reference"]["samples_per_step"] == MICRO * ACCUMULATION
+    assert "b_noise" in document and document["rows"]
