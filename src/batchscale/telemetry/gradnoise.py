@@ -32,17 +32,18 @@ batch rN(B) = (1 + B / B_noise) / (1 + B_ref / B_noise).
 A run's B_noise (`summarize_noise_scale`, `pool_noise_scales` over seeds) is read from the per-step estimates
 `gns/grad_sq` and `gns/trace_sigma` over the second half of each run's steps (the first half carries the start-up,
 when the gradient is still large): the ratio of their means, mean tr(Sigma) / mean |G|^2. Each step's estimates are
-unbiased and nearly independent of the next step's, so the long-window means are too, and one outlier step moves
-them by 1/n of its size (the online EMA, about ten steps long, could be flipped negative by one). Trimmed means and
-medians were tried and rejected: the per-step estimates are skewed, so both are biased (10%-trimmed means by 14% in
-a heavy-tailed simulation where the plain means were within 4%; docs/LOG.md). The interval is a delta-method interval on the inverse,
-r = 1 / B_noise = mean |G|^2 / mean tr(Sigma), from the scatter of blocks of BLOCK_STEPS consecutive steps (a guard
-against correlation between neighbouring steps), with Student's t at the blocks' degrees of freedom: always finite
-while mean tr(Sigma) > 0. Inverted, it is B_noise's interval; where its lower end of r is <= 0, |G|^2 is not resolved
-above the noise at the run's batch and B_noise's upper end is infinite (null in JSON): the run says how many more steps
-would resolve it, at the present scatter (`steps_to_resolve`). Simulated with a known drifting truth, the nominal 80%
-interval covers it 77-80% of the time (tests/test_gradnoise_summary.py). Runs that log only the EMA (`gns/b_noise`, no per-step terms) fall back on its
-median over the second half, with the 10th-90th percentiles of the steps as its spread (method "ema median").
+unbiased and nearly independent of the next step's, so the long-window means are too, and one outlier step moves them
+by 1/n of its size (the online EMA, about ten steps long, could be flipped negative by one). Trimmed means and medians
+were tried and rejected: the per-step estimates are skewed, so both are biased (10%-trimmed means by 14% in a heavy-
+tailed simulation where the plain means were within 4%; docs/LOG.md). The interval is a delta-method interval on the
+inverse, r = 1 / B_noise = mean |G|^2 / mean tr(Sigma), from the scatter of blocks of BLOCK_STEPS consecutive steps (a
+guard against correlation between neighbouring steps), with Student's t at the blocks' degrees of freedom: always
+finite while mean tr(Sigma) > 0. Inverted, it is B_noise's interval; where its lower end of r is <= 0, |G|^2 is not
+resolved above the noise at the run's batch and B_noise's upper end is infinite (null in JSON): the run says how many
+more steps would resolve it, at the present scatter (`steps_to_resolve`). Simulated with a known drifting truth, the
+nominal 80% interval covers it 77-80% of the time (tests/test_gradnoise_summary.py). Runs that log only the EMA
+(`gns/b_noise`, no per-step terms) fall back on its median over the second half, with the 10th-90th percentiles of the
+steps as its spread (method "ema median").
 """
 
 from __future__ import annotations
