@@ -42,7 +42,8 @@ FIT_RANGE = (1.0, 1e8)  # samples: the B_noise values the fit searches, on a log
 def fit_noise_scale(configs: dict, reference: str) -> float | None:
     """The B_noise whose rN(B) = (1 + b/B_noise) / (1 + b_ref/B_noise) fits the sweep's measured rN best (least
     squares in log rN) over the labels of the reference's lr rule with a measured rN: the value the one-run
-    estimate is checked against. None with fewer than two such labels besides the reference, or when the best fit
+    estimate is checked against (with one such label, the B_noise that gives its rN exactly). None without a
+    measured rN of another label of that rule, or when the best fit
     lies at the search range's end (the measured rN do not grow with B, or grow faster than the formula can)."""
     from scipy.optimize import minimize_scalar
 
@@ -50,7 +51,7 @@ def fit_noise_scale(configs: dict, reference: str) -> float | None:
     points = [(c["samples_per_update"], c["r_n"]) for label, c in configs.items()
               if label != reference and c.get("lr_rule") == rule and isinstance(c.get("r_n"), (int, float))
               and c["r_n"] > 0]
-    if len(points) < 2:
+    if not points:
         return None
     b_ref = configs[reference]["samples_per_update"]
 
@@ -126,7 +127,7 @@ def fitted_text(prediction: dict) -> str:
     """The sweep-fitted B_noise beside the one-run estimate: the value and their ratio."""
     fitted, value = prediction.get("b_noise_fitted"), prediction["b_noise"]["value"]
     if fitted is None:
-        return "no fit (fewer than two measured rN of the reference's lr rule, or rN not growing with B)"
+        return "no fit (no other measured rN of the reference's lr rule, or rN not growing with B)"
     ratio = f", the one-run estimate {value / fitted:.2f}x it" if value is not None else ""
     return f"B_noise {fitted:,.0f} samples{ratio}"
 
