@@ -52,6 +52,15 @@ def quiet(line: str) -> None:
     pass
 
 
+def interrupted_run(monkeypatch, cfg, out, at_step: int = 4):
+    """`cfg` trained into `out` until it dies at the start of `at_step` (interrupt_at)."""
+    interrupt_at(monkeypatch, at_step)
+    with pytest.raises(Interrupted):
+        train(cfg, out, log=quiet)
+    monkeypatch.undo()
+    return out
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(random_model_dir, tmp_path_factory):
     """Each algorithm's run to its budget, checkpointing every step: the records a resumed run must write."""
@@ -92,12 +101,7 @@ def test_a_resumed_run_writes_the_uninterrupted_runs_records(name, uninterrupted
 
 
 def test_a_torn_checkpoint_is_skipped_for_the_previous_one(uninterrupted, random_model_dir, tmp_path, monkeypatch):
-    cfg = small_config(random_model_dir, *ALGORITHMS["grpo"], *CHECKPOINT_EVERY_STEP)
-    out = tmp_path / "run"
-    interrupt_at(monkeypatch, 4)
-    with pytest.raises(Interrupted):
-        train(cfg, out, log=quiet)
-    monkeypatch.undo()
+    out = interrupted_run(monkeypatch, small_config(random_model_dir, *ALGORITHMS["grpo"], *CHECKPOINT_EVERY_STEP), tmp_path / "run", 4)
     (out / "checkpoints" / "step-000000003" / MANIFEST).unlink()  # the write was cut before its manifest
     lines = []
     train(resume_config(out), out, log=lines.append, resume=True)
@@ -107,12 +111,7 @@ def test_a_torn_checkpoint_is_skipped_for_the_previous_one(uninterrupted, random
 
 
 def test_an_altered_checkpoint_file_is_skipped(random_model_dir, tmp_path, monkeypatch):
-    cfg = small_config(random_model_dir, *ALGORITHMS["grpo"], *CHECKPOINT_EVERY_STEP)
-    out = tmp_path / "run"
-    interrupt_at(monkeypatch, 4)
-    with pytest.raises(Interrupted):
-        train(cfg, out, log=quiet)
-    monkeypatch.undo()
+    out = interrupted_run(monkeypatch, small_config(random_model_dir, *ALGORITHMS["grpo"], *CHECKPOINT_EVERY_STEP), tmp_path / "run", 4)
     weights = out / "checkpoints" / "step-000000003" / "actor.safetensors"
     data = bytearray(weights.read_bytes())
     data[-3] ^= 0x40

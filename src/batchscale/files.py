@@ -17,6 +17,7 @@ hands in ends in a traceback.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -103,6 +104,15 @@ def read_json_object(path: Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path}", "must hold a JSON object", "regenerate it")
     return data
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def unique_suffix() -> str:

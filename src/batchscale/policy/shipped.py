@@ -15,27 +15,18 @@ holds it ships it as package data (pyproject.toml).
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import platform
 import shutil
 from pathlib import Path
 
-from batchscale.files import staged_directory
+from batchscale.files import sha256_file, staged_directory
 
 SHIPPED_ROOT = Path(__file__).parent / "shipped"
 RECORD = "SHIPPED.json"
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
          "warm_start.json")
 REBUILD_ENV = "BATCHSCALE_TINY_BUILD"  # "1": build the tiny model from the recipe, not from the shipped copy
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shipped_dir(name: str, root: Path | None = None) -> Path | None:

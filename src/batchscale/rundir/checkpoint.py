@@ -18,7 +18,6 @@ Torch-free: the training side (train.checkpointing) writes and reads the tensor 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from batchscale.files import dumps_strict, loads_strict, unique_suffix, write_error
+from batchscale.files import dumps_strict, loads_strict, sha256_file, unique_suffix, write_error
 from batchscale.rundir.run import METRICS_FILE
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -53,14 +52,6 @@ class Checkpoint:
 
 def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINTS_DIR
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fsync_path(path: Path) -> None:
