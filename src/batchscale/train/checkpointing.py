@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
@@ -73,7 +74,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict, plain: dict,
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
-def capture(state, loop: LoopState) -> tuple[dict, callable]:
+def capture(state, loop: LoopState) -> tuple[dict, Callable[[Path], None]]:
     """(the manifest's JSON state, the writer of the tensor files) of the run at a step boundary."""
     parts = {name: optimizer_parts(optimizer) for name, (_, optimizer) in networks(state).items()}
     rng = {"torch": torch.get_rng_state()}

@@ -44,18 +44,17 @@ import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
-from batchscale.config import Config, resolved_config
-from batchscale.policy.sequences import collate
-from batchscale.config import AUTO_CHECKPOINT_S
+from batchscale.config import AUTO_CHECKPOINT_S, Config, resolved_config
 from batchscale.files import staged_directory
+from batchscale.policy.sequences import collate
 from batchscale.rundir import RunLog, StoppedRun, check_out_dir, summarize_run
 from batchscale.rundir.checkpoint import write_checkpoint
 from batchscale.rundir.lock import RunLock
 from batchscale.rundir.staging import run_destination
-from batchscale.train.checkpointing import LoopState, capture
 from batchscale.telemetry.tensorboard import TensorBoardMirror
+from batchscale.train.checkpointing import LoopState, capture
 from batchscale.train.evaluation import evaluate, greedy_rewards
-from batchscale.train.health import CollapseWatch, check_finite_record, check_parameters, check_rewards
+from batchscale.train.health import check_finite_record, check_parameters, check_rewards
 from batchscale.train.rollout_source import RolloutSource, open_rollout_source
 from batchscale.train.run_facts import machine_facts, run_descriptor
 from batchscale.train.state import TrainingState, build_training_state
