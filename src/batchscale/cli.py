@@ -120,7 +120,10 @@ def train(
         cfg = resume_config(resume, config, set_)
         summary, run_dir = train_with_progress(cfg, resume, resume=True)
     else:
+        from batchscale.rundir import check_out_dir
+
         cfg = load_config(config, set_)
+        check_out_dir(out or Path(cfg.run.out_dir), overwrite, {"CONFIG": config})  # the config file is no input
         summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: at the end
     if json_out:
         print_json({"run_dir": str(run_dir), **summary})

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscale.files import write_json_atomic
+from batchscale.files import resolve_out, write_json_atomic
+from batchscale.rundir.ownership import mark_directory
 from batchscale.train.progress import console
 
 
@@ -110,6 +111,25 @@ seeds = {list(scale.seeds)}
 """
 
 
+def check_demo_dir(out: Path) -> None:
+    """The demo writes into a new or empty directory, or an earlier demo's (rundir.ownership: its marker, or a
+    sweep.toml the demo wrote and nothing but the demo's files), whose sweep it resumes; never over a user's files
+    (their own sweep.toml above all)."""
+    from batchscale.errors import UserError
+    from batchscale.rundir.ownership import MARKER_FILE, directory_kind
+
+    if out.exists() and not out.is_dir():
+        raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    kind = directory_kind(out)
+    if kind is None:
+        raise UserError("--out", f"{out} is a non-empty directory without a demo batchscale wrote (no {MARKER_FILE} "
+                        "marker, nor only the files an earlier demo writes there)", "choose a new or empty --out")
+    if kind != "demo":
+        raise UserError("--out", f"{out} is a {kind} directory, not a demo's", "choose a new or empty --out")
+
+
 def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None) -> dict:
     from batchscale.analysis.analyze import analyze
     from batchscale.plan.make import plan_sweep
@@ -124,7 +144,10 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
 
     began = time.perf_counter()
     scale = QUICK if quick else FULL
+    out = resolve_out(out)
+    check_demo_dir(out)
     out.mkdir(parents=True, exist_ok=True)
+    mark_directory(out, "demo")
     seconds: dict[str, float] = {}
 
     def stage(name: str, title: str):

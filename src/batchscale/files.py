@@ -9,7 +9,9 @@ hands in ends in a traceback.
 - `read_json_object`: read a JSON object, or fail with a UserError naming the file.
 - `staged_directory`: build a directory beside its destination and swap it in whole. An earlier directory at the
   destination is replaced only once the new one is complete, and it is put back if anything fails.
-- `removing_new_entries`: a block whose failure removes every file it added to a directory.
+- `removing_created`: a block whose failure removes exactly the named entries it created in a directory, never any
+  other (a file another process put there meanwhile stays).
+- `resolve_out`: an output path made absolute, a symbolic link followed to its target (the link is kept).
 - `cache_root`, `exclusive_lock`, `build_once`: a cached build (the tiny model, a converted checkpoint) made once by one
   process while concurrent first uses wait, and renamed into place only when complete.
 """
@@ -123,7 +125,7 @@ def unique_suffix() -> str:
 @contextmanager
 def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
     """Yield an empty directory beside `out`; when the block succeeds it becomes `out`, else it is removed."""
-    out = Path(out).absolute()
+    out = resolve_out(out)  # a link to the destination stays a link: its target is replaced
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.{purpose}-{unique_suffix()}"
     staging.mkdir()
@@ -146,25 +148,37 @@ def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
 
 
 @contextmanager
-def removing_new_entries(directory: Path) -> Iterator[None]:
-    """If the block fails, remove every entry it added directly under `directory` (which it may also have created).
+def removing_created(directory: Path, names: tuple[str, ...] | list[str]) -> Iterator[None]:
+    """If the block fails, remove each of `names` (entries directly under `directory`) that did not exist before it,
+    and `directory` itself if the block created it and it is left empty: exactly what the block created, by name.
     An OSError the block raises without naming a file (a full disk inside a library's write) becomes a UserError
     naming `directory`."""
     directory = Path(directory)
     existed = directory.is_dir()
-    before = {p.name for p in directory.iterdir()} if existed else set()
+    before = {name for name in names if os.path.lexists(directory / name)} if existed else set()
     try:
         yield
     except BaseException as e:
-        if directory.is_dir():
-            for path in directory.iterdir():
-                if path.name not in before:
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
-            if not existed and not any(directory.iterdir()):
-                directory.rmdir()
+        for name in dict.fromkeys(names):
+            path = directory / name
+            if name in before or not os.path.lexists(path):
+                continue
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else path.unlink()
+        if not existed and directory.is_dir():
+            try:
+                directory.rmdir()  # only if empty
+            except OSError:
+                pass
         if isinstance(e, OSError) and e.errno is not None:
             raise write_error(Path(e.filename) if e.filename else directory, e) from None
         raise
+
+
+def resolve_out(path: Path) -> Path:
+    """`path` made absolute, a symbolic link followed to its target: the target is what a writer checks and
+    replaces, and the link itself is kept."""
+    path = Path(path).absolute()
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 @contextmanager

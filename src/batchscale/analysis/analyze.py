@@ -32,6 +32,8 @@ from batchscale.analysis import alignment, curves, gradnoise, intervals, predict
 from batchscale.analysis.runs import LoadedRun, load_runs
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target
+from batchscale.rundir.ownership import (MARKER_FILE, check_may_write_outputs, directory_kind, mark_directory,
+                                         read_marker)
 
 DEFAULT_LR_RULE = "sqrt"
 CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
@@ -55,13 +57,14 @@ def analyze(
     from batchscale.analysis.plots import PLOT_FILES
     from batchscale.analysis.report import render_outputs
 
+    out_dir = Path(out) if out is not None else Path(path)
+    check_may_write_outputs(out_dir, analysis_outputs(), "--out" if out is not None else "PATH")  # a user's report.md
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataWarning)
         result, details = compute_analysis(Path(path), target, reference, smooth_window, allow_mixed, score)
     details["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # hand them on to the caller (the CLI prints them)
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    out_dir = Path(out) if out is not None else Path(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         files = render_outputs(result, details, out_dir)  # {final name: temporary path}
@@ -72,7 +75,16 @@ def analyze(
         raise
     for name, temporary in files.items():
         os.replace(temporary, out_dir / name)
+    if read_marker(out_dir) is None:  # so a rerun may replace these files: batchscale wrote them
+        mark_directory(out_dir, directory_kind(out_dir) or "analysis")
     return result
+
+
+def analysis_outputs() -> tuple[str, ...]:
+    """The names analyze writes into its output directory (the failure cleanup removes these, by name)."""
+    from batchscale.analysis.plots import PLOT_FILES
+
+    return (*PLOT_FILES.values(), "report.md", ANALYSIS_FILE, MARKER_FILE)
 
 
 TRAIN_REWARD_NOTE = ("scores are the training reward reward/mean (--score train-reward), measured on the training "

@@ -39,10 +39,12 @@ def analyze(
     ] = "eval",
 ) -> None:
     """Compare runs at equal cumulative samples: N* per label with t-intervals on log N*, rN, alignment, B_simple."""
+    from batchscale.analysis.analyze import analysis_outputs
     from batchscale.analysis.analyze import analyze as run_analysis
-    from batchscale.files import removing_new_entries
+    from batchscale.files import removing_created
 
-    with warnings.catch_warnings(record=True) as caught, removing_new_entries(out if out is not None else path):
+    out_dir = out if out is not None else path
+    with warnings.catch_warnings(record=True) as caught, removing_created(out_dir, analysis_outputs()):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
                               allow_mixed=allow_mixed, score=score)

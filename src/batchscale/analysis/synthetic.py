@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from batchscale.rundir import RunDescriptor, summarize_run, write_run
+from batchscale.rundir.ownership import mark_directory
 
 
 def compute_synthetic_score(samples, samples_per_step, noise_scale, samples_scale, slowdown=1.0, initial=0.1, final=0.8):
@@ -114,4 +115,5 @@ def write_synthetic_sweep(
             label = f"p{control_prompts_per_step}_g{samples_per_prompt}_fixed"
             write_synthetic_run(sweep_dir / "runs" / f"{label}__s{seed}", label, seed, control_prompts_per_step,
                                 samples_per_prompt, "none", base_lr, slowdown=control_slowdown, **run_kwargs)
+    mark_directory(sweep_dir, "sweep")
     return sweep_dir

@@ -53,7 +53,8 @@ def export_sweep(fmt: str, sweep_file: Path, out: Path, overrides: list[str] = (
 
     check_format(fmt)
     out = Path(out)
-    check_export_dir(out, overwrite)
+    inputs = {"SWEEP_FILE": Path(sweep_file)}  # --overwrite never deletes the sweep file being exported
+    check_export_dir(out, overwrite, inputs)
     settings = [derive_settings(p) for p in load_sweep_spec(Path(sweep_file), list(overrides))]
     check_points(fmt, settings)
     files, points, target = {}, [], ""
@@ -72,5 +73,5 @@ def export_sweep(fmt: str, sweep_file: Path, out: Path, overrides: list[str] = (
                 "overrides": list(overrides), "points": points}
     files["README.md"] = render_readme(fmt, Path(sweep_file).name, target, points)
     files[MANIFEST] = render_manifest(manifest)
-    written = write_export_dir(out, files, {f"{s.name}.sh" for s in settings}, overwrite)
+    written = write_export_dir(out, files, {f"{s.name}.sh" for s in settings}, overwrite, inputs)
     return {"out": str(written), **manifest}

@@ -1,8 +1,9 @@
 """Write an export directory all at once, or not at all: scripts, README.md, sweep.json.
 
 Everything goes into a hidden sibling temp directory that is renamed into place, so a failed export leaves nothing
-behind. An existing non-empty --out is refused unless --overwrite, which replaces only a directory holding a previous
-export (its sweep.json), never an arbitrary one.
+behind. An existing non-empty --out is refused unless --overwrite, which replaces only a previous export that batchscale
+wrote and that holds nothing else (rundir.ownership: its marker, or an earlier export's files alone), never a sweep,
+a run or an arbitrary directory, nor one holding the sweep file being exported. A link is followed to its target.
 """
 
 from __future__ import annotations
@@ -12,37 +13,41 @@ import stat
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.files import staged_directory, write_error
+from batchscale.files import resolve_out, staged_directory, write_error
+from batchscale.rundir.ownership import check_inputs_outside, check_replaceable, mark_directory
 
 MANIFEST = "sweep.json"
 
 
-def check_export_dir(out: Path, overwrite: bool) -> None:
-    """Raise before any work if `out` cannot receive the export."""
+def check_export_dir(out: Path, overwrite: bool, inputs: dict[str, Path | None] | None = None) -> None:
+    """Raise before any work if `out` cannot receive the export (`inputs`: option -> path read by the export)."""
+    out = resolve_out(out)
     if out.exists() and not out.is_dir():
         raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not overwrite:
         raise UserError("--out", f"{out} is not empty", "choose a new or empty --out, or pass --overwrite")
-    if not (out / MANIFEST).is_file():
-        raise UserError("--out", f"{out} is a non-empty directory without a previous export ({MANIFEST})",
-                        "choose a new or empty --out; --overwrite only replaces an earlier export")
+    check_replaceable(out, "export")
+    check_inputs_outside(out, inputs or {})
 
 
-def write_export_dir(out: Path, files: dict[str, str], executable: set[str], overwrite: bool) -> Path:
+def write_export_dir(out: Path, files: dict[str, str], executable: set[str], overwrite: bool,
+                     inputs: dict[str, Path | None] | None = None) -> Path:
     """Write {relative name: text} into a staged directory swapped in whole; returns the absolute directory."""
-    check_export_dir(out, overwrite)
+    check_export_dir(out, overwrite, inputs)
+    out = resolve_out(out)
     with staged_directory(out, "exporting") as staging:
+        mark_directory(staging, "export")
         for name, text in files.items():
             path = staging / name
             try:
                 path.write_text(text)
             except OSError as e:  # a full disk: name the file, and the staged directory is removed
-                raise write_error(Path(out) / name, e, len(text.encode())) from None
+                raise write_error(out / name, e, len(text.encode())) from None
             if name in executable:
                 path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return Path(out).absolute()
+    return out
 
 
 def render_readme(fmt: str, sweep_file: str, target: str, points: list[dict]) -> str:

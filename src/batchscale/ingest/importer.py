@@ -21,6 +21,7 @@ from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
 from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
+from batchscale.rundir.lock import RunLock
 
 def read_openrlhf(path: Path) -> ParsedLog:
     """OpenRLHF: a console log, else (a directory or an event file) its TensorBoard events."""
@@ -69,11 +70,20 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
                config_path: Path | None = None, lr_rule: str | None = None) -> dict:
     """Import one run; returns {run_dir, run (the descriptor), summary}. A file holding several runs (a W&B chart
     export) gives one run directory per run, `OUT/<run name>/` labelled with the run name, and returns
-    {"run_dir": OUT, "runs": [...]}. Raises UserError, writing nothing, on bad input."""
-    path, out = Path(path), Path(out)
+    {"run_dir": OUT, "runs": [...]}. Raises UserError, writing nothing, on bad input. OUT is locked for the whole
+    import (rundir.lock.RunLock): a second writer (import or train) of it is refused, naming this one."""
+    with RunLock(out):
+        return _import_locked(fmt, Path(path), Path(out), label, prompts_per_step, samples_per_prompt, seed,
+                              overwrite, config_path, lr_rule)
+
+
+def _import_locked(fmt: str, path: Path, out: Path, label: str | None, prompts_per_step: int | None,
+                   samples_per_prompt: int | None, seed: int | None, overwrite: bool, config_path: Path | None,
+                   lr_rule: str | None) -> dict:
+    inputs = {"PATH": path, "--config": config_path}  # --overwrite never deletes the log being imported
     check_lr_rule(lr_rule)
     if fmt not in MULTI_RUN_FORMATS:  # a bad --out is reported before the log is read
-        check_out_dir(out, overwrite)
+        check_out_dir(out, overwrite, inputs)
     parsed = parse_log(fmt, path)
     runs = parsed if isinstance(parsed, list) else [parsed]
     if len(runs) > 1 and (label is not None or seed is not None):
@@ -83,12 +93,12 @@ def import_log(fmt: str, path: Path, out: Path, label: str | None = None, prompt
     if len(runs) > 1 and out.exists() and (not out.is_dir() or is_run_dir(out)):
         raise UserError("--out", f"{out} must be a directory to hold the {len(runs)} runs", "choose a new --out")
     for run_out in outs:
-        check_out_dir(run_out, overwrite)
+        check_out_dir(run_out, overwrite, inputs)
     prepared = [prepare_run(fmt, path, r, label or (r.run_name and safe_name(r.run_name) if len(runs) > 1 else None),
                             prompts_per_step, samples_per_prompt, seed, config_path, lr_rule) for r in runs]
     results = []
     for run_out, (descriptor, records, summary) in zip(outs, prepared):
-        run_dir = write_run(run_out, descriptor, records, summary, overwrite)
+        run_dir = write_run(run_out, descriptor, records, summary, overwrite, inputs=inputs)
         results.append({"run_dir": str(run_dir), "run": descriptor.to_json(), "summary": summary.model_dump(mode="json")})
     return results[0] if len(results) == 1 else {"run_dir": str(out), "runs": results}
 

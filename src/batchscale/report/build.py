@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from batchscale.report.figures import collect_figures, make_work_dir
+from batchscale.report.figures import GENERATION_FILE, TRAINING_FILE, collect_figures, make_work_dir
 from batchscale.report.html import render_html
 from batchscale.report.inputs import gather_inputs
 from batchscale.report.markdown import render_markdown
 
 HTML_FILE, MARKDOWN_FILE = "report.html", "report.md"
+REPORT_OUTPUTS = (HTML_FILE, MARKDOWN_FILE, GENERATION_FILE, TRAINING_FILE)  # what write_report may add to out_dir
 
 
 def build_report(

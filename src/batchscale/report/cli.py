@@ -33,9 +33,11 @@ def report(
     """One offline HTML page (and Markdown): the decision, its table, the curves, throughput and how it was measured.
 
     A report that fails removes what it wrote, the analysis.json it created included, so a rerun starts clean."""
-    from batchscale.files import removing_new_entries
+    from batchscale.analysis.analyze import analysis_outputs
+    from batchscale.files import removing_created
+    from batchscale.report.build import REPORT_OUTPUTS, write_report
     from batchscale.rundir import ANALYSIS_FILE, GenerationProfile, TrainingProfile, read_document
-    from batchscale.report.build import write_report
+    from batchscale.rundir.ownership import check_may_write_outputs
 
     if not sweep_dir.is_dir():
         raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
@@ -43,7 +45,9 @@ def report(
                                ("--training-profile", training_profile, TrainingProfile)):
         if path is not None:  # read whole before analysis writes anything
             read_document(path, kind, option)
-    with removing_new_entries(sweep_dir):
+    outputs = (*analysis_outputs(), *REPORT_OUTPUTS)
+    check_may_write_outputs(sweep_dir, outputs, "SWEEP_DIR")  # never over a user's own report.html or report.md
+    with removing_created(sweep_dir, outputs):
         if not (sweep_dir / ANALYSIS_FILE).is_file():
             from batchscale.analysis.analyze import analyze
 

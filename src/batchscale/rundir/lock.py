@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.files import write_error
+from batchscale.files import resolve_out, write_error
 
 LOCK_FILE = "sweep.lock"
 
@@ -155,7 +155,7 @@ class SweepLock:
 
 def run_lock_path(run_dir: Path) -> Path:
     """The lock file of the run `run_dir`: its hidden sibling `.<name>.lock`."""
-    run_dir = Path(run_dir).absolute()
+    run_dir = resolve_out(run_dir)  # a link and its target share one lock
     return run_dir.parent / f".{run_dir.name}.lock"
 
 
@@ -166,8 +166,11 @@ class RunLock(SweepLock):
     what = "run"
 
     def __init__(self, run_dir: Path):
-        run_dir = Path(run_dir).absolute()
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_dir = resolve_out(run_dir)
+        try:
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a parent that is a file, or not writable
+            raise write_error(run_dir.parent, e) from None
         self.path = run_lock_path(run_dir)
         self.target = run_dir
         self._fd = None

@@ -5,6 +5,7 @@ the one reader every consumer uses.
     <run>/run.json        `RunDescriptor`: flat facts any tool can read without knowing the config's nesting
     <run>/config.json     the full resolved config (native runs only)
     <run>/summary.json    `RunSummary`, written last and atomically: its presence is what marks a run finished
+    <run>/.batchscale     the marker naming the directory a run (rundir.ownership: what --overwrite may replace)
     <sweep>/sweep.json    the sweep's points; <sweep>/runs/<label>__s<seed>/ its run directories
 
 Writers. `RunLog` streams a run while it trains (native training). `write_run` writes a whole run at once into a
@@ -33,8 +34,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.files import (decode_error, dumps_strict, loads_strict, read_json_object, staged_directory,
-                              write_error, write_json_atomic)
+from batchscale.files import (decode_error, dumps_strict, loads_strict, read_json_object, resolve_out,
+                              staged_directory, write_error, write_json_atomic)
+from batchscale.rundir.ownership import check_inputs_outside, check_replaceable, directory_kind, mark_directory
 
 METRICS_FILE = "metrics.jsonl"
 DESCRIPTOR_FILE = "run.json"
@@ -240,6 +242,7 @@ class RunLog:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise write_error(self.dir, e) from None
+        mark_directory(self.dir, "run")
         write_json_atomic(self.dir / DESCRIPTOR_FILE, descriptor.to_json())
         if config is not None:
             write_json_atomic(self.dir / CONFIG_FILE, config)
@@ -270,12 +273,14 @@ class RunLog:
 
 
 def write_run(out: Path, descriptor: RunDescriptor, records: list[dict], summary: RunSummary,
-              overwrite: bool = False, config: dict | None = None) -> Path:
-    """Write a whole run into a hidden sibling directory and rename it to `out` when complete; returns `out`.
-    Every record is checked before anything is written."""
+              overwrite: bool = False, config: dict | None = None, inputs: dict[str, Path | None] | None = None) -> Path:
+    """Write a whole run into a hidden sibling directory and rename it to `out` when complete; returns `out` (a link
+    followed to its target). Every record is checked before anything is written; `inputs` as for check_out_dir."""
     lines = [dumps_record(record) + "\n" for record in records]
-    check_out_dir(out, overwrite)
+    check_out_dir(out, overwrite, inputs)
+    out = resolve_out(out)
     with staged_directory(out, "writing") as staging:
+        mark_directory(staging, "run")
         text = "".join(lines)
         try:
             (staging / METRICS_FILE).write_text(text)
@@ -285,7 +290,7 @@ def write_run(out: Path, descriptor: RunDescriptor, records: list[dict], summary
         if config is not None:
             write_json_atomic(staging / CONFIG_FILE, config)
         write_json_atomic(staging / SUMMARY_FILE, summary.model_dump(mode="json"))
-    return Path(out).absolute()
+    return out
 
 
 def is_finished_run(path: Path) -> bool:
@@ -294,27 +299,28 @@ def is_finished_run(path: Path) -> bool:
 
 
 def is_run_dir(path: Path) -> bool:
-    """A directory batchscale wrote as a run: it holds run.json or metrics.jsonl."""
-    return (path / DESCRIPTOR_FILE).is_file() or (path / METRICS_FILE).is_file()
+    """A directory batchscale wrote as a run: its marker says so, or (written before the marker) it holds run.json,
+    metrics.jsonl and nothing a run does not hold (rundir.ownership)."""
+    return directory_kind(path) == "run"
 
 
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Raise before any work if `out` cannot receive a run: batchscale replaces only a run of its own (with
-    `--overwrite`), never a directory holding anything else."""
-    out = Path(out)
+def check_out_dir(out: Path, overwrite: bool, inputs: dict[str, Path | None] | None = None) -> None:
+    """Raise before any work if `out` cannot receive a run: batchscale replaces only a run of its own holding only
+    what batchscale wrote (with `--overwrite`), never a directory holding anything else, nor one holding one of
+    `inputs` (option name -> path). A link is followed to its target."""
+    out = resolve_out(out)
     if out.exists() and not out.is_dir():
         raise UserError("--out", f"{out} exists and is not a directory", "choose another --out")
     if not out.is_dir() or not any(out.iterdir()):
         return
-    if not is_run_dir(out):
-        raise UserError("--out", f"{out} is a non-empty directory without a run (batchscale replaces only a run it "
-                        "wrote)", "choose a new or empty --out")
-    if not overwrite:
+    if not overwrite and is_run_dir(out):
         if is_finished_run(out):
             raise UserError("--out", f"{out} already holds a run", "choose another --out or pass --overwrite")
         raise UserError("--out", f"{out} already holds an unfinished run (no summary.json)",
                         f"continue it with `batchscale train --resume {out}`, or choose another --out, or pass "
                         "--overwrite")
+    check_replaceable(out, "run")
+    check_inputs_outside(out, inputs or {})
 
 
 # --- reader ---------------------------------------------------------------------------------------------------------

@@ -24,21 +24,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from batchscale.files import staged_directory, unique_suffix
+from batchscale.files import resolve_out, staged_directory, unique_suffix
 from batchscale.rundir.lock import run_lock_path
-from batchscale.rundir.run import METRICS_FILE, is_run_dir, sweep_runs_dir
+from batchscale.rundir.ownership import MARKER_FILE
+from batchscale.rundir.run import CONFIG_FILE, DESCRIPTOR_FILE, METRICS_FILE, sweep_runs_dir
 
 STAGING_MARK = ".partial-"
 STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial-\d+-[0-9a-f]{8}")  # .NAME.partial-PID-TOKEN (files.unique_suffix)
+RUN_START_FILES = (METRICS_FILE, DESCRIPTOR_FILE, CONFIG_FILE, MARKER_FILE, f".{DESCRIPTOR_FILE}.tmp",
+                   f".{CONFIG_FILE}.tmp", f".{MARKER_FILE}.tmp", "tensorboard")  # what a run writes before a record
 OLD_STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial")  # before staging names were unique
 STAGING_LOCK_NAME = re.compile(r"\.(?P<staging>\..+\.partial-\d+-[0-9a-f]{8})\.lock")  # a worker's RunLock file
 
 
 @contextmanager
 def run_destination(out: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield the directory a new run writes into (see the module docstring); `out` must have passed check_out_dir."""
-    out = Path(out)
-    if overwrite and out.is_dir() and is_run_dir(out):
+    """Yield the directory a new run writes into (see the module docstring); `out` must have passed check_out_dir.
+    A link is followed to its target. A failed start removes, by name, only the files a run writes (RUN_START_FILES)
+    and the directory if this call created it and it is left empty."""
+    out = resolve_out(out)
+    if overwrite and out.is_dir() and any(out.iterdir()):  # check_out_dir let only a run of batchscale's through
         with staged_directory(out, "training") as staging:
             yield staging
         return
@@ -48,11 +53,15 @@ def run_destination(out: Path, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         metrics = out / METRICS_FILE
         if out.is_dir() and (not metrics.is_file() or metrics.stat().st_size == 0):  # a failed start: no record
+            for name in RUN_START_FILES:
+                path = out / name
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
+                    path.unlink(missing_ok=True)
             if created:
-                shutil.rmtree(out, ignore_errors=True)
-            else:
-                for path in out.iterdir():
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                try:
+                    out.rmdir()  # only if empty: nothing another process put there is touched
+                except OSError:
+                    pass
         raise
 
 

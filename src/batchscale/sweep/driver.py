@@ -12,7 +12,9 @@ from pathlib import Path
 
 from batchscale.config import derive_plan
 from batchscale.errors import UserError
+from batchscale.files import resolve_out
 from batchscale.rundir.lock import SweepLock
+from batchscale.rundir.ownership import MARKER_FILE, directory_kind, mark_directory, read_marker
 from batchscale.sweep.executors import EXECUTORS, RunJob, open_executor, run_jobs
 from batchscale.sweep.progress import SweepProgress
 from batchscale.sweep.race import RaceSettings
@@ -39,9 +41,24 @@ def check_devices(points: list[Point]) -> None:
         resolve_device(device)
 
 
+SWEEP_KINDS = ("sweep", "demo")  # directories a sweep may write into (a demo's directory is a sweep of its own)
+
+
 def check_sweep_dir(sweep_dir: Path) -> None:
+    """A sweep writes into a new or empty directory, or one batchscale wrote as a sweep (rundir.ownership), never
+    into a run, an export or a directory of someone else's files (whose sweep.json it would rewrite)."""
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise UserError("--out", f"{sweep_dir} exists and is not a directory", "choose another --out")
+    if not sweep_dir.is_dir() or not any(sweep_dir.iterdir()):
+        return
+    kind = directory_kind(sweep_dir)
+    if kind is None:
+        raise UserError("--out", f"{sweep_dir} is a non-empty directory without a sweep batchscale wrote (no "
+                        f"{MARKER_FILE} marker, nor only the files an earlier sweep writes there)",
+                        "choose a new or empty --out (a rerun needs the sweep's own directory)")
+    if kind not in SWEEP_KINDS:
+        raise UserError("--out", f"{sweep_dir} is a {kind} directory, not a sweep directory",
+                        "choose a new or empty --out")
 
 
 def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", workers: int = 1,
@@ -60,7 +77,7 @@ def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", wor
         raise UserError("--target", "only a racing sweep stops runs at a target", "add --adaptive, or drop --target")
     if target is not None and not math.isfinite(target):
         raise UserError("--target", f"must be a finite score, got {target}", "pass e.g. --target 0.55")
-    sweep_dir = Path(sweep_dir)
+    sweep_dir = resolve_out(sweep_dir)
     check_sweep_dir(sweep_dir)
     check_inputs(points)
     if executor == "local":  # a Ray cluster's nodes may have GPUs its driver lacks
@@ -68,6 +85,8 @@ def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", wor
     sweep_dir.mkdir(parents=True, exist_ok=True)
     threads = threads or max(1, available_cores() // workers)
     with SweepLock(sweep_dir):
+        if read_marker(sweep_dir) is None:
+            mark_directory(sweep_dir, directory_kind(sweep_dir) or "sweep")
         if race is not None:
             return _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads)
         return _run_locked(points, sweep_dir, executor, workers, address, threads)

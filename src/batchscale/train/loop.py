@@ -81,7 +81,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
         if resume:
             check_resumable(run_dir)
         else:
-            check_out_dir(run_dir, overwrite)
+            check_out_dir(run_dir, overwrite, training_inputs(cfg))
         state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
         try:
             if resume:
@@ -92,6 +92,14 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
                 return train_into(write_dir, state, source, on_record or (lambda record: None), log, stop)
         finally:
             state.task.close()
+
+
+def training_inputs(cfg: Config) -> dict[str, Path | None]:
+    """The files a run reads (option -> path): --overwrite never replaces a directory holding one of them."""
+    model = Path(cfg.model.name)
+    return {"task.path": Path(cfg.task.path) if cfg.task.path else None,
+            "task.eval_path": Path(cfg.task.eval_path) if cfg.task.eval_path else None,
+            "model.name": model if model.exists() else None}
 
 
 def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit: Callable[[dict], None],

@@ -1,0 +1,169 @@
+"""What batchscale may replace or delete: only a directory it wrote, holding only what it wrote there.
+
+    <dir>/.batchscale   {"kind": "run" | "sweep" | "export" | "demo" | "analysis", "written_by": "batchscale"}
+
+Every directory batchscale creates gets this marker, naming its kind. `--overwrite` replaces a directory only when
+(1) its marker names the kind the command writes (a run for `train` and `import`, an export for `export`), and
+(2) every entry in it is one batchscale writes into a directory of that kind (`KIND_ENTRIES`); any other entry stops
+the overwrite with the list of them. Inputs of the command that lie inside the target stop it too.
+
+Directories written before the marker existed are recognised strictly, by their whole content (`directory_kind`):
+- a run: run.json and metrics.jsonl are regular files and every entry is a run entry;
+- a sweep: sweep.json is a regular file and runs/ a directory, or sweep.lock is a regular file (a sweep that locked
+  it before writing anything: the lock then names its holder), and every entry is a sweep entry;
+- a demo: as a sweep, and sweep.toml starts with the line the demo writes;
+- an export: sweep.json and README.md are regular files, README.md starts with the export's title and holds its
+  "Exported by `batchscale export" line, and every entry is an export entry.
+A user's folder that merely holds a run.json or a sweep.json among its own files is none of these.
+
+The marker is read as hostile input: a regular file (never a link) of at most MARKER_MAX_BYTES, a JSON object naming a
+known kind; anything else counts as no marker. Symbolic links given as an output are followed to their target
+(files.resolve_out): the target is what is checked and replaced, and the link is kept.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import stat
+from pathlib import Path
+
+from batchscale.errors import UserError
+from batchscale.files import write_json_atomic
+
+MARKER_FILE = ".batchscale"
+MARKER_MAX_BYTES = 4096
+KINDS = ("run", "sweep", "export", "demo", "analysis")
+DEMO_HEADER = "# Written by `batchscale demo`"
+EXPORT_HEADER = "Exported by `batchscale export"
+FOREIGN_SHOWN = 8
+KIND_NOUNS = {"run": "run", "sweep": "sweep", "export": "previous export", "demo": "demo", "analysis": "analysis"}
+
+# Top-level entries (fnmatch patterns) batchscale writes. Temporary names (.NAME.tmp, staging) are batchscale's too.
+TEMPORARY_ENTRIES = (".*.tmp", ".report-*", ".*.checkpoint-*", ".*.saving-*", ".*.replaced-*")
+ANALYSIS_ENTRIES = ("analysis.json", "j_vs_samples.png", "j_vs_steps.png", "grad_norm_vs_batch.png",
+                    "r_n_vs_batch.png", "report.md", "report.html", "generation_throughput.png", "training_time.png",
+                    "plan.json", "profiles", *TEMPORARY_ENTRIES)
+RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "checkpoints", "policy", "tensorboard",
+               *ANALYSIS_ENTRIES)
+SWEEP_ENTRIES = ("sweep.json", "runs", "sweep.lock", *ANALYSIS_ENTRIES)
+KIND_ENTRIES = {
+    "run": RUN_ENTRIES,
+    "sweep": SWEEP_ENTRIES,
+    "demo": (*SWEEP_ENTRIES, "sweep.toml", "demo.json"),
+    "export": ("*.sh", "README.md", "sweep.json", ".*.tmp"),
+    "analysis": ANALYSIS_ENTRIES,
+}
+
+
+def mark_directory(path: Path, kind: str) -> None:
+    """Write the marker into `path` (which exists), unless it already names `kind`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown directory kind {kind!r}")
+    if read_marker(path) != kind:
+        write_json_atomic(Path(path) / MARKER_FILE, {"kind": kind, "written_by": "batchscale"})
+
+
+def read_marker(path: Path) -> str | None:
+    """The kind the marker in `path` names, or None (no marker, or one that is not batchscale's)."""
+    marker = Path(path) / MARKER_FILE
+    try:
+        info = os.lstat(marker)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MARKER_MAX_BYTES:
+            return None
+        with open(marker, "rb") as f:
+            data = json.loads(f.read(MARKER_MAX_BYTES).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return kind if kind in KINDS else None
+
+
+def foreign_entries(path: Path, kind: str) -> list[str]:
+    """Entries of `path` batchscale does not write into a directory of `kind`, sorted."""
+    patterns = KIND_ENTRIES[kind]
+    return sorted(entry.name for entry in Path(path).iterdir() if entry.name != MARKER_FILE
+                  and not any(fnmatch.fnmatchcase(entry.name, p) for p in patterns))
+
+
+def directory_kind(path: Path) -> str | None:
+    """What batchscale wrote `path` as: its marker's kind, else the kind of a pre-marker directory recognised by its
+    whole content (the module docstring), else None."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    marked = read_marker(path)
+    if marked is not None:
+        return marked
+    if _is_file(path / "run.json") and _is_file(path / "metrics.jsonl") and not foreign_entries(path, "run"):
+        return "run"
+    has_runs = _is_file(path / "sweep.json") and (path / "runs").is_dir() and not (path / "runs").is_symlink()
+    if has_runs or _is_file(path / "sweep.lock"):
+        if _starts_with(path / "sweep.toml", DEMO_HEADER) and not foreign_entries(path, "demo"):
+            return "demo"
+        if not foreign_entries(path, "sweep"):
+            return "sweep"
+    if (_is_file(path / "sweep.json") and _starts_with(path / "README.md", "# ")
+            and EXPORT_HEADER in _head(path / "README.md") and not foreign_entries(path, "export")):
+        return "export"
+    return None
+
+
+def check_replaceable(path: Path, kind: str, option: str = "--out") -> None:
+    """Raise unless `--overwrite` may replace the non-empty directory `path` with a new one of `kind`."""
+    found = directory_kind(path)
+    if found is None:
+        raise UserError(option, f"{path} is a non-empty directory without a {KIND_NOUNS[kind]} batchscale wrote (no "
+                        f"{MARKER_FILE} marker, nor only the files an earlier batchscale writes there); batchscale "
+                        f"replaces only a {kind} directory it wrote", f"choose a new or empty {option}")
+    if found != kind:
+        raise UserError(option, f"{path} is a {found} directory, not a {kind} directory (--overwrite replaces only "
+                        f"a {kind} directory)", f"choose a new or empty {option}")
+    foreign = foreign_entries(path, kind)
+    if foreign:
+        shown = ", ".join(foreign[:FOREIGN_SHOWN]) + (f" and {len(foreign) - FOREIGN_SHOWN} more"
+                                                      if len(foreign) > FOREIGN_SHOWN else "")
+        raise UserError(option, f"{path} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} batchscale "
+                        f"did not write ({shown}); --overwrite would delete them",
+                        f"move them out of {path}, or choose a new or empty {option}")
+
+
+def check_inputs_outside(target: Path, inputs: dict[str, Path | None], option: str = "--out") -> None:
+    """Raise if any input (option name -> path) lies inside `target`, which is about to be replaced."""
+    target = Path(os.path.realpath(target))
+    for name, path in inputs.items():
+        if path is None:
+            continue
+        real = Path(os.path.realpath(path))
+        if real == target or target in real.parents:
+            raise UserError(option, f"{target} holds the input {name} {path}, which --overwrite would delete",
+                            f"move {path} out of {target}, or choose another {option}")
+
+
+def check_may_write_outputs(path: Path, names: tuple[str, ...], option: str) -> None:
+    """Raise if writing `names` into the existing directory `path` would replace a file batchscale did not write:
+    `path` must be new, empty, batchscale's (directory_kind), or hold none of those names."""
+    path = Path(path)
+    if not path.is_dir() or directory_kind(path) is not None:
+        return
+    taken = sorted(name for name in names if os.path.lexists(path / name))
+    if taken:
+        raise UserError(option, f"{path} is not a directory batchscale wrote and already holds {', '.join(taken)}, "
+                        "which this command would overwrite", f"choose a new or empty {option}, or move those files")
+
+
+def _is_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _head(path: Path, size: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(size).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _starts_with(path: Path, text: str) -> bool:
+    return _is_file(path) and _head(path, len(text.encode()) + 16).startswith(text)
