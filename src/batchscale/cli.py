@@ -120,10 +120,11 @@ def train(
         cfg = resume_config(resume, config, set_)
         summary, run_dir = train_with_progress(cfg, resume, resume=True)
     else:
-        from batchscale.rundir import check_out_dir
+        from batchscale.rundir.ownership import check_inputs_outside
 
         cfg = load_config(config, set_)
-        check_out_dir(out or Path(cfg.run.out_dir), overwrite, {"CONFIG": config})  # the config file is no input
+        if overwrite and config is not None:  # --overwrite never deletes the config file it was given
+            check_inputs_outside(out or Path(cfg.run.out_dir), {"CONFIG": config})
         summary, run_dir = train_with_progress(cfg, out or Path(cfg.run.out_dir), overwrite)  # --overwrite: at the end
     if json_out:
         print_json({"run_dir": str(run_dir), **summary})

@@ -1,0 +1,161 @@
+"""The catalogue of hostile inputs, round two (issue 30): what --overwrite may delete, one writer per run, config
+values beyond their useful range. Same contract as tests/test_bad_inputs.py: one `error:` line, exit 2, no traceback,
+nothing half-written under out/, and no input changed (its `snapshot` covers every file of the world, symlinks and
+the marker files included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from test_bad_inputs import expand_args, run_config, write_sweep_file
+from test_ingest_verl import write_verl_log
+
+from batchscale.cli import main
+
+BATCH = ["--prompts-per-step", "4", "--samples-per-prompt", "2"]
+
+
+def project_folder(path: Path, *batchscale_names: str) -> Path:
+    """A user's project folder holding some of the names batchscale writes among the user's own files."""
+    (path / "src").mkdir(parents=True)
+    (path / "src" / "main.py").write_text("print('mine')\n")
+    (path / "NOTES.md").write_text("# my notes\n")
+    for name in batchscale_names:
+        (path / name).write_text('{"label": "mine", "seed": 0}\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, random_model_dir):
+    from batchscale.analysis.synthetic import write_synthetic_run, write_synthetic_sweep
+    from batchscale.rundir.ownership import MARKER_FILE
+
+    w = tmp_path_factory.mktemp("hostile2")
+    (w / "out").mkdir()
+    (w / "base.toml").write_text(run_config(random_model_dir))
+    write_sweep_file(w / "sweep_ok.toml", '[grid]\n"batch.prompts_per_step" = [2]\n')
+    write_verl_log(w / "verl.jsonl")
+    # a finished batchscale run, and one whose own metrics.jsonl is the log being imported
+    write_synthetic_run(w / "run", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+    write_synthetic_run(w / "run_log_inside", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+    write_synthetic_sweep(w / "sweep", prompts_per_step=(4, 8), seeds=(0, 1))
+    # users' folders holding names batchscale writes
+    project_folder(w / "project_run", "run.json", "metrics.jsonl")
+    project_folder(w / "project_metrics", "metrics.jsonl")
+    project_folder(w / "project_sweep", "sweep.json")
+    (w / "project_sweep" / "runs").mkdir()
+    (w / "user_report").mkdir()
+    (w / "user_report" / "report.md").write_text("# my report\n")
+    (w / "user_report_html").mkdir()
+    (w / "user_report_html" / "report.html").write_text("<p>mine</p>\n")
+    write_synthetic_run(w / "user_report_html" / "mine", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+    (w / "user_demo").mkdir()
+    (w / "user_demo" / "sweep.toml").write_text("# my own sweep\nseeds = [0]\n")
+    # a run with the user's notes added, a run whose marker names another kind, a marker that is a symlink
+    write_synthetic_run(w / "run_with_notes", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+    (w / "run_with_notes" / "notes.txt").write_text("mine\n")
+    write_synthetic_run(w / "run_marked_export", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+    (w / "run_marked_export" / MARKER_FILE).write_text('{"kind": "export"}')
+    project_folder(w / "marker_link", "run.json", "metrics.jsonl")
+    (w / "marker_link" / MARKER_FILE).symlink_to(w / "run" / MARKER_FILE)
+    project_folder(w / "marker_garbage", "run.json", "metrics.jsonl")
+    (w / "marker_garbage" / MARKER_FILE).write_text('{"kind": "run"' + " " * 5000 + "}")
+    # an export that the user has since run: its engine logs in work/
+    assert main(["export", "verl", str(w / "sweep_ok.toml"), "--out", str(w / "export_used")]) == 0
+    (w / "export_used" / "work").mkdir()
+    (w / "export_used" / "work" / "train.log").write_text("verl's log\n")
+    # a link to a user's folder
+    (w / "link_to_project").symlink_to(w / "project_run")
+    # locks held by pid 1 (alive, not ours: never taken over)
+    lock = json.dumps({"pid": 1, "host": socket.gethostname(), "started": 0})
+    (w / ".locked_run.lock").write_text(lock)
+    (w / "out" / ".locked_import.lock").write_text(lock)
+    return w
+
+
+IMPORT = ["import", "verl", "{w}/verl.jsonl", *BATCH]
+TRAIN = ["train", "{w}/base.toml"]
+CASES = [
+    # --- what --overwrite may delete ----------------------------------------------------------------------------
+    ("import-overwrite-log-inside", ["import", "verl", "{w}/run_log_inside/metrics.jsonl", *BATCH, "--out",
+                                     "{w}/run_log_inside", "--overwrite"], 2, "holds the input PATH"),
+    ("import-overwrite-project-folder", [*IMPORT, "--out", "{w}/project_run", "--overwrite"], 2,
+     "non-empty directory without a run batchscale wrote"),
+    ("import-overwrite-metrics-only", [*IMPORT, "--out", "{w}/project_metrics", "--overwrite"], 2,
+     "without a run batchscale wrote"),
+    ("train-overwrite-project-folder", [*TRAIN, "--out", "{w}/project_run", "--overwrite"], 2,
+     "without a run batchscale wrote"),
+    ("train-overwrite-run-with-notes", [*TRAIN, "--out", "{w}/run_with_notes", "--overwrite"], 2,
+     "holds 1 entry batchscale did not write (notes.txt)"),
+    ("import-overwrite-run-with-notes", [*IMPORT, "--out", "{w}/run_with_notes", "--overwrite"], 2,
+     "(notes.txt); --overwrite would delete them"),
+    ("train-overwrite-sweep", [*TRAIN, "--out", "{w}/sweep", "--overwrite"], 2,
+     "is a sweep directory, not a run directory"),
+    ("train-overwrite-marker-other-kind", [*TRAIN, "--out", "{w}/run_marked_export", "--overwrite"], 2,
+     "is a export directory, not a run directory"),
+    ("train-overwrite-marker-symlink", [*TRAIN, "--out", "{w}/marker_link", "--overwrite"], 2,
+     "without a run batchscale wrote"),
+    ("import-overwrite-marker-oversized", [*IMPORT, "--out", "{w}/marker_garbage", "--overwrite"], 2,
+     "without a run batchscale wrote"),
+    ("import-overwrite-link-to-project", [*IMPORT, "--out", "{w}/link_to_project", "--overwrite"], 2,
+     "project_run is a non-empty directory without a run"),
+    ("train-model-inside-out", [*TRAIN, "--out", "{w}/run", "--overwrite", "--set", "model.name='{w}/run'"], 2,
+     "holds the input model.name"),
+    ("analyze-out-user-report", ["analyze", "{w}/sweep", "--out", "{w}/user_report"], 2, "already holds report.md"),
+    ("report-user-report-html", ["report", "{w}/user_report_html"], 2, "already holds report.html"),
+    ("demo-out-user-sweep-toml", ["demo", "--quick", "--out", "{w}/user_demo"], 2,
+     "non-empty directory without a demo batchscale wrote"),
+    ("demo-out-sweep", ["demo", "--quick", "--out", "{w}/sweep"], 2, "is a sweep directory, not a demo's"),
+    ("export-overwrite-native-sweep", ["export", "verl", "{w}/sweep_ok.toml", "--out", "{w}/sweep", "--overwrite"], 2,
+     "is a sweep directory, not a export directory"),
+    ("export-overwrite-run", ["export", "verl", "{w}/sweep_ok.toml", "--out", "{w}/run", "--overwrite"], 2,
+     "is a run directory"),
+    ("export-overwrite-used-export", ["export", "verl", "{w}/sweep_ok.toml", "--out", "{w}/export_used",
+                                      "--overwrite"], 2, "batchscale did not write (work)"),
+    ("sweep-out-foreign-sweep-json", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/project_sweep"], 2,
+     "non-empty directory without a sweep batchscale wrote"),
+    ("sweep-out-run-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/run"], 2,
+     "is a run directory, not a sweep directory"),
+    ("sweep-out-export-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/export_used"], 2,
+     "not a sweep directory"),
+    # --- one writer per run -------------------------------------------------------------------------------------
+    ("train-locked-by-live-pid", [*TRAIN, "--out", "{w}/locked_run"], 2, "locked by a run (pid 1 on host"),
+    ("import-locked-by-live-pid", [*IMPORT, "--out", "{w}/out/locked_import"], 2, "locked by a run (pid 1 on host"),
+]
+
+
+def snapshot(world: Path) -> dict:
+    """Every entry of the world outside out/: files by size, links by target (a link replaced is a change)."""
+    found = {}
+    for root, dirs, files in os.walk(world):
+        for name in dirs + files:
+            path = Path(root) / name
+            rel = str(path.relative_to(world))
+            if rel.startswith(("out", "__pycache__")):
+                continue
+            found[rel] = os.readlink(path) if path.is_symlink() else (path.stat().st_size if path.is_file() else "dir")
+    return found
+
+
+@pytest.mark.parametrize("case_id,args,code,fragment", CASES, ids=[c[0] for c in CASES])
+def test_hostile_input(case_id, args, code, fragment, world, random_model_dir, capsys):
+    before = snapshot(world)
+    assert main(expand_args(args, world, case_id, random_model_dir)) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert fragment in errors[0], errors[0]
+    assert not (world / "out" / case_id).exists() or not any((world / "out" / case_id).iterdir()), \
+        "a failed command left a half-written output"
+    assert snapshot(world) == before, "a failed command changed an input"
+
+
+def test_the_second_catalogue_covers_deletion_and_locks():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(CASES) >= 20
+    assert {"train", "import", "sweep", "analyze", "report", "export", "demo"} <= {args[0] for _, args, _, _ in CASES}
