@@ -19,7 +19,7 @@ from pathlib import Path
 
 from batchscale.files import resolve_out, write_json_atomic
 from batchscale.rundir.ownership import mark_directory
-from batchscale.train.progress import console
+from batchscale.train.progress import console, print_plain
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     sweep_file.write_text(sweep_toml(scale))
     points = load_sweep_spec(sweep_file)
     mark = stage("setup", "set-up: the warm-started tiny model (built on first use, then cached)")
-    prebuild_models(points, log=console.print)
+    prebuild_models(points, log=print_plain)
     done(mark)
 
     mark = stage("sweep", "1/4 align learning: a GRPO sweep over P with sqrt-LR, and a fixed-LR control")
@@ -174,10 +174,10 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     done(mark)
 
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
-    generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=console.print)
+    generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=print_plain)
     write_document(out / GENERATION_PROFILE_FILE, generation)
     # the sweep's arithmetic (optim.compute_dtype float32), not "auto", which is bf16 autocast on a native-bf16 CPU
-    training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=console.print,
+    training = profile_training("tiny", batches=list(scale.training_batches), repeats=3, log=print_plain,
                                 compute_dtype="float32")
     write_document(out / TRAINING_PROFILE_FILE, training)
     done(mark)

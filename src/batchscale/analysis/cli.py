@@ -59,20 +59,22 @@ def analyze(
 def print_table(result: dict, out_dir: Path) -> None:
     """Rich table of the per-label results, then the summary lines."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     from batchscale.analysis.plots import ordered_labels
     from batchscale.analysis.report import format_number, format_samples_to_target, format_target, rollout_cell
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"Learning side: reference {result['reference']}, target {format_target(result)}")
+    table = Table(title=f"Learning side: reference {escape(str(result['reference']))}, target {format_target(result)}")
     for name in ("label", "B", "lr", "rollout", "N* [95% CI] (reached)", "realized T (s)", "rN", "updates",
                  "update ratio", "aligned", "|g| actor"):
         table.add_column(name, justify="left" if name == "label" else "right")
     for label in ordered_labels(result):
         config = result["configs"][label]
         table.add_row(
-            label + (" (ref)" if label == result["reference"] else ""),
+            Text(label + (" (ref)" if label == result["reference"] else "")),  # a label is data, never markup
             format_number(config["samples_per_step"]), format_number(config["lr"]), rollout_cell(config),
             format_samples_to_target(config["samples_to_target"]),
             format_number(config["time_to_target_realized"]), format_number(config["r_n"]), format_number(config["updates_to_target"], 4),
@@ -82,9 +84,9 @@ def print_table(result: dict, out_dir: Path) -> None:
         )
     console.print(table)
     if not result["learning_signal"]:
-        console.print(f"No learning signal: no verdict. {result['why_no_signal']}.", highlight=False)
+        console.print(f"No learning signal: no verdict. {result['why_no_signal']}.", markup=False, highlight=False)
     console.print(
         f"actor grad-norm slope {format_number(result['grad_norm_slope'])}, "
         f"B_simple {format_number(result['b_simple'])}. Report: {Path(out_dir) / 'report.md'}",
-        highlight=False,
+        markup=False, highlight=False,
     )

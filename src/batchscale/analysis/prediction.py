@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from batchscale.markup import markdown_text
 from batchscale.rundir import LoadedRun
 from batchscale.telemetry.gradnoise import pool_noise_scales, predict_samples_penalty
 
@@ -82,14 +83,14 @@ def prediction_lines(analysis: dict) -> list[str]:
                 "The reference's runs log no `gns/b_noise`, so rN was not predicted (runs trained by batchscale log it)."]
     b_noise = prediction["b_noise"]
     lines = ["## Predicted from one run", "",
-             f"B_noise of `{prediction['label']}` (the ratio of the per-step estimates' means over its runs' "
+             f"B_noise of {markdown_text(prediction['label'])} (the ratio of the per-step estimates' means over its runs' "
              "second halves): "
              f"{describe_noise_scale(b_noise)}; rN_predicted = (1 + B/B_noise) / (1 + B_ref/B_noise), B in samples "
              f"per update. Fitted to the sweep's measured rN instead: {fitted_text(prediction)}.", "",
              "| label | B | rN measured | rN predicted |", "|---|---|---|---|"]
     for label in _by_batch(analysis):
         config = analysis["configs"][label]
-        lines.append(f"| {label} | {config['samples_per_step']} | {_fmt(config['r_n'])} | "
+        lines.append(f"| {markdown_text(label)} | {config['samples_per_step']} | {_fmt(config['r_n'])} | "
                      f"{_fmt(config.get('r_n_predicted'))} |")
     return lines
 

@@ -1,6 +1,7 @@
 """report.md for the learning side: the table behind analysis.json, the alignment verdicts with their statistic, where
 alignment breaks, the gradient-noise summary, and every warning (censoring, target outside the scores, skipped runs).
-Each number names how it was measured, as DESIGN.md asks.
+Each number names how it was measured, as DESIGN.md asks. Labels, notes and warnings are data: escaped (markup.py),
+never interpreted as Markdown or HTML.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 from batchscale.analysis import alignment, intervals, signal, targets
 from batchscale.analysis.plots import PLOT_FILES, ordered_labels, render_plots
 from batchscale.analysis.prediction import prediction_lines
+from batchscale.markup import markdown_text
 
 
 def format_number(value, digits: int = 3) -> str:
@@ -79,13 +81,14 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
     lines = [
         "# Learning side: samples-to-target, invariance, gradient noise",
         "",
-        f"Reference: `{result['reference']}`. Target score: {format_target(result)} ({details['target_rule']}).",
+        f"Reference: {markdown_text(result['reference'])}. Target score: {format_target(result)} "
+        f"({markdown_text(details['target_rule'])}).",
         "",
-        *([f"**No learning signal: no verdict.** {result['why_no_signal']}.", ""] if not result.get("learning_signal",
+        *([f"**No learning signal: no verdict.** {markdown_text(result['why_no_signal'])}.", ""] if not result.get("learning_signal",
                                                                                                True) else []),
         "| " + " | ".join(TABLE_HEADER) + " |",
         "|" + "---|" * len(TABLE_HEADER),
-        *("| " + " | ".join(row) + " |" for row in build_table_rows(result, details)),
+        *("| " + " | ".join(map(markdown_text, row)) + " |" for row in build_table_rows(result, details)),
         "",
         "## How these were measured",
         f"- N*: first crossing of the target, found per seed, by linear interpolation between eval points"
@@ -104,22 +107,23 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
         f"{signal.RISE_SIGMAS:g}x its eval noise above its start (seed spread or eval-to-eval scatter).",
         "",
         "## Batch-size invariance",
-        f"Family compared (lr_rule of the reference): {', '.join(f'`{label}`' for label in details['family'])}.",
+        f"Family compared (lr_rule of the reference): {', '.join(map(markdown_text, details['family']))}.",
     ]
     breaking = details.get("alignment_break") or {"status": "holds", "samples_per_step": None, "note": ""}
     lines.append({
-        "breaks": f"Alignment breaks at samples_per_step = {breaking['samples_per_step']} ({breaking['note']}).",
+        "breaks": f"Alignment breaks at samples_per_step = {breaking['samples_per_step']} "
+                  f"({markdown_text(breaking['note'])}).",
         "holds": "Alignment does not break within the family measured (a break needs two consecutive failing batches).",
-    }.get(breaking["status"], f"Where alignment breaks is undetermined ({breaking['note']})."))
+    }.get(breaking["status"], f"Where alignment breaks is undetermined ({markdown_text(breaking['note'])})."))
     for label in ordered_labels(result):
-        measured = details["labels"][label]["alignment"]
+        measured, name = details["labels"][label]["alignment"], markdown_text(label)
         if label == result["reference"]:
-            lines.append(f"- `{label}`: the reference")
+            lines.append(f"- {name}: the reference")
         elif measured["statistic"] is None:
-            lines.append(f"- `{label}`: undetermined ({measured['reason']})")
+            lines.append(f"- {name}: undetermined ({markdown_text(measured['reason'])})")
         else:
             direction = "faster" if measured["signed"] > 0 else "slower"
-            lines.append(f"- `{label}`: D = {measured['statistic']:.2f}, signed {measured['signed']:+.2f} "
+            lines.append(f"- {name}: D = {measured['statistic']:.2f}, signed {measured['signed']:+.2f} "
                          f"({direction} per sample than the reference on average)")
     lines += ["", "## Gradient noise (critical training batch)",
               f"Proxy: mean gradient norm over step records up to {format_number(details.get('grad_window_samples'))} "
@@ -132,10 +136,10 @@ def render_report(result: dict, details: dict, figures: bool = True) -> str:
         low, high = fit["slope_range"]
         lines.append(f"- {network}: log-log slope {format_number(fit['slope'])} over B = {low:g}..{high:g} "
                      f"(pure noise: -0.5); a = {format_number(fit['a'])}, b = {format_number(fit['b'])}, "
-                     f"B_simple = {format_number(fit['b_simple'])}" + (f" ({fit['note']})" if fit["note"] else ""))
+                     f"B_simple = {format_number(fit['b_simple'])}" + (f" ({markdown_text(fit['note'])})" if fit["note"] else ""))
     lines += ["", *prediction_lines(result)]
     if details.get("warnings"):
-        lines += ["", "## Warnings", *(f"- {message}" for message in details["warnings"])]
+        lines += ["", "## Warnings", *(f"- {markdown_text(message)}" for message in details["warnings"])]
     if figures:
         lines += ["", "## Figures", *(f"![{key}]({name})" for key, name in PLOT_FILES.items())]
     lines.append("")

@@ -40,7 +40,8 @@ def check_points(fmt: str, settings: list[PointSettings]) -> None:
 def render_point(fmt: str, s: PointSettings, sweep_name: str) -> tuple[str, str, str, str]:
     """(script text, target description, log path in the script, import line) of one point."""
     if fmt == "verl":
-        return (render_verl_script(s, sweep_name, f"batchscale-{Path(sweep_name).stem}"), VERL_TARGET,
+        project = "batchscale-" + re.sub(r"[^A-Za-z0-9._-]", "_", Path(sweep_name).stem)  # a plain Hydra value
+        return (render_verl_script(s, sweep_name, project), VERL_TARGET,
                 VERL_LOG_PATH, render_import_line("verl", VERL_LOG_PATH, s))
     log = f"$RUN_DIR/tensorboard/{s.name}"
     return (render_openrlhf_script(s, sweep_name, fmt), OPENRLHF_TARGETS[fmt], log,

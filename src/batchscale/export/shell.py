@@ -1,6 +1,8 @@
 """The launch-script skeleton every exporter shares: variables, checks, the command, and the import line.
 
-A script is `#!/usr/bin/env bash` + `set -euo pipefail`. The user sets MODEL_PATH, TRAIN_FILES, VAL_FILES (and an
+A script is `#!/usr/bin/env bash` + `set -euo pipefail`. Every value that came from input reaches it quoted: command
+words through `shlex.quote`, comment text with its control characters escaped (`comment_text`), so no file name,
+label or config value can end a line and start a command of its own (tests/test_export_quoting.py). The user sets MODEL_PATH, TRAIN_FILES, VAL_FILES (and an
 engine's own required inputs) at the top or in the environment; everything the sweep decided is written literally
 into the command. Extra engine options given to the script (`bash point.sh key=value ...`) are appended to the command.
 The last line is the `batchscale import` that turns the engine's log into `$SWEEP_DIR/runs/<name>/`, so a finished
@@ -28,6 +30,12 @@ class Variable:
     default: str  # "" for a value the user must set
     comment: str
     required: bool = False
+
+
+def comment_text(text) -> str:
+    """Text for a `# ...` comment line: every character that is not printable (a newline above all, which would end
+    the comment and make the rest a command) written as its escape, so the comment stays one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 def format_value(value) -> str:
@@ -76,14 +84,15 @@ def render_script(*, s: PointSettings, engine: str, target: str, sweep_file: str
                   import_format: str) -> str:
     """The whole launch script for one sweep point."""
     required = [v.name for v in user_variables if v.required]
-    description = "\n".join(f"# {line}" for line in describe_settings(s).splitlines())
+    description = "\n".join(f"# {comment_text(line)}" for line in describe_settings(s).split("\n"))
     parts = [
         "#!/usr/bin/env bash",
-        f"# {engine} launcher for sweep point {s.name} (label {s.label}), exported by batchscale from {sweep_file}.",
+        f"# {engine} launcher for sweep point {s.name} (label {comment_text(s.label)}), exported by batchscale from "
+        f"{comment_text(sweep_file)}.",
         "#",
         description,
         "#",
-        f"# Targets {target}.",
+        f"# Targets {comment_text(target)}.",
         f"# Run: bash {s.name}.sh [extra {engine} options, appended to the command]",
         "# Set the inputs below (or export them); do not edit the command's batch, lr or seed: they are the sweep.",
         "set -euo pipefail",

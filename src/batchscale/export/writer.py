@@ -14,6 +14,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.files import resolve_out, staged_directory, write_error
+from batchscale.markup import markdown_text
 from batchscale.rundir.ownership import check_inputs_outside, check_replaceable, mark_directory
 
 MANIFEST = "sweep.json"
@@ -54,6 +55,7 @@ def render_readme(fmt: str, sweep_file: str, target: str, points: list[dict]) ->
     rows = "\n".join(
         f"| `{p['script']}` | {p['label']} | {p['seed']} | {p['algorithm']} | {p['prompts_per_step']} | "
         f"{p['samples_per_prompt']} | {p['samples_per_step']} | {p['lr']:.6g} | {p['num_steps']} |" for p in points)
+    sweep_file = markdown_text(sweep_file)  # a file name is data: never Markdown, HTML or a second line
     return f"""# {fmt} launchers for {sweep_file}
 
 Exported by `batchscale export {fmt}`. Target: {target}.

@@ -1,7 +1,8 @@
 """report.md: the same content as report.html in Markdown, for reading in a terminal or on a code host.
 
 Figures are linked by relative path (the PNGs sit in the output directory or next to analysis.json); the HTML is the
-self-contained version. The winner's row is marked with a star and bold label.
+self-contained version. The winner's row is marked with a star and bold label. Every text that came from input
+(labels, names, paths, notes) is escaped (markup.py): raw HTML and link or image syntax in a label stays text.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import os
 from pathlib import Path
 
 from batchscale.analysis.prediction import closing_note
+from batchscale.markup import markdown_link, markdown_text
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return markdown_text(text)
 
 
 def render_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -35,23 +37,23 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
     best, near = plan.get("best"), plan.get("near_optimal") or []
     table = []
     for row, cells in decision_rows(plan):
-        if row["label"] == best:
+        if row["label"] == best:  # the cells are escaped by render_table; the star and bold are ours
             cells = [f"**\u2605 {cells[0]}**"] + cells[1:]
         elif row["label"] in near:
             cells = [f"\u2248 {cells[0]}"] + cells[1:]
         table.append(cells)
     lines = [
-        f"# batchscale report: {inputs.sweep_dir.name}",
+        f"# batchscale report: {markdown_text(inputs.sweep_dir.name)}",
         "",
-        f"## {headline(plan)}",
+        f"## {markdown_text(headline(plan))}",
         "",
-        plan["explanation"],
+        markdown_text(plan["explanation"]),
         "",
-        f"**{verdict(plan)}**",
+        f"**{markdown_text(verdict(plan))}**",
         "",
-        f"**Regime ({plan['regime']['name']}):** {plan['regime']['sentence']}",
+        f"**Regime ({markdown_text(plan['regime']['name'])}):** {markdown_text(plan['regime']['sentence'])}",
         "",
-        f"Reference {plan['reference']}; T = N*/q is the time to reach the target score, T/T_ref = rN / (q/q_ref).",
+        f"Reference {markdown_text(plan['reference'])}; T = N*/q is the time to reach the target score, T/T_ref = rN / (q/q_ref).",
         "",
         "## Decision table",
         "",
@@ -65,11 +67,12 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
     ]
     for figure in figures:
         link = figure_link(figure, out_dir)
-        lines += [f"### {figure.title}", "", f"![{figure.title}]({link})", "", figure.caption, ""]
+        title = markdown_text(figure.title)
+        lines += [f"### {title}", "", f"![{title}]({markdown_link(link)})", "", markdown_text(figure.caption), ""]
     note = closing_note(inputs.analysis, plan)
-    lines += [*learning_detail(inputs), *(["", "## Closing note", "", note] if note else []),
+    lines += [*learning_detail(inputs), *(["", "## Closing note", "", markdown_text(note)] if note else []),
               "", "## How this was measured", "",
-              *(f"- {note}" for note in measurement_notes(inputs)), ""]
+              *(f"- {markdown_text(note)}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)
 
 

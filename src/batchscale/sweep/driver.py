@@ -21,7 +21,7 @@ from batchscale.sweep.race import RaceSettings
 from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
                                      read_summary)
 from batchscale.sweep.spec import Point
-from batchscale.train.progress import console
+from batchscale.train.progress import console, print_plain
 
 
 def check_inputs(points: list[Point]) -> None:
@@ -125,14 +125,14 @@ def _race_locked(points, sweep_dir, race, target, target_rule, executor, workers
 
 def _run_locked(points: list[Point], sweep_dir: Path, executor: str, workers: int, address: str | None,
                 threads: int) -> dict:
-    state = prepare_sweep_dir(points, sweep_dir, threads, log=console.print)
+    state = prepare_sweep_dir(points, sweep_dir, threads, log=print_plain)
     resumed = f" ({len(state.resumable)} from a checkpoint)" if state.resumable else ""
     console.print(f"sweep: {len(points)} runs, {len(state.finished)} already finished, {len(state.todo)} to run"
                   f"{resumed} on {executor} ({workers} worker(s) x {threads} thread(s))")
     if state.todo:
-        prebuild_models(state.todo, log=console.print)
+        prebuild_models(state.todo, log=print_plain)
     summaries = {p.name: read_summary(sweep_dir, p.name) for p in state.finished}
-    jobs = [RunJob(point, *state.staging_for(point, sweep_dir, log=console.print)) for point in state.todo]
+    jobs = [RunJob(point, *state.staging_for(point, sweep_dir, log=print_plain)) for point in state.todo]
     failed: list[tuple[str, BaseException]] = []
     with SweepProgress(len(points), len(state.finished), workers=workers) as progress:
         pool = open_executor(executor, workers, threads, address, event_handler(progress, run_totals(state.todo)))

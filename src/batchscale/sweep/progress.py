@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from batchscale.train.progress import HEARTBEAT_S, Heartbeat, draws_live, format_duration
@@ -124,7 +125,7 @@ class SweepProgress:
         with self._lock:
             run = ActiveRun(display_name(name, label, seed), total_samples)
             if self._progress is not None:
-                run.bar = self._progress.add_task(name, total=total_samples, status="starting")
+                run.bar = self._progress.add_task(escape(name), total=total_samples, status="starting")
             self.active[name] = run
 
     def record(self, name: str, payload: dict) -> None:

@@ -20,11 +20,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from batchscale.config import Config, derive_plan
 
 console = Console(stderr=True)
+
+
+def print_plain(line: str) -> None:
+    """A log line on the console as it is: labels and paths in it are data, never rich markup."""
+    console.print(line, markup=False, highlight=False)
 HEARTBEAT_S = 30.0  # a log hears from a quiet phase at least this often
 
 
@@ -204,7 +210,7 @@ def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False,
     if not draws_live(console):
         return _train_plain(cfg, out_dir, overwrite, f"{plan.label} seed {cfg.run.seed}", total, heartbeat_s, resume)
     with training_progress() as progress:
-        bar = progress.add_task(f"{plan.label} s{cfg.run.seed}", total=total, reward="-", accuracy="-")
+        bar = progress.add_task(escape(f"{plan.label} s{cfg.run.seed}"), total=total, reward="-", accuracy="-")
 
         def on_record(record: dict) -> None:
             if record["kind"] == "step":
@@ -212,7 +218,8 @@ def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False,
             else:
                 progress.update(bar, accuracy=f"{record['eval/accuracy']:.3f}")
 
-        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=progress.console.print, resume=resume)
+        summary = train(cfg, out_dir, overwrite, on_record=on_record, resume=resume,
+                        log=lambda line: progress.console.print(line, markup=False, highlight=False))
     return summary, Path(out_dir)
 
 
