@@ -68,6 +68,12 @@ def world(tmp_path_factory, random_model_dir):
     assert main(["export", "verl", str(w / "sweep_ok.toml"), "--out", str(w / "export_used")]) == 0
     (w / "export_used" / "work").mkdir()
     (w / "export_used" / "work" / "train.log").write_text("verl's log\n")
+    # model configs whose heads do not split evenly
+    shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 128,
+             "vocab_size": 100, "max_position_embeddings": 64}
+    for name, extra in (("model_heads", {}), ("model_kv_heads", {"num_attention_heads": 4, "num_key_value_heads": 3})):
+        (w / name).mkdir()
+        (w / name / "config.json").write_text(json.dumps({**shape, **extra}))
     # a link to a user's folder
     (w / "link_to_project").symlink_to(w / "project_run")
     # locks held by pid 1 (alive, not ours: never taken over)
@@ -79,6 +85,7 @@ def world(tmp_path_factory, random_model_dir):
 
 IMPORT = ["import", "verl", "{w}/verl.jsonl", *BATCH]
 TRAIN = ["train", "{w}/base.toml"]
+SET = "--set"
 CASES = [
     # --- what --overwrite may delete ----------------------------------------------------------------------------
     ("import-overwrite-log-inside", ["import", "verl", "{w}/run_log_inside/metrics.jsonl", *BATCH, "--out",
@@ -122,6 +129,41 @@ CASES = [
      "is a run directory, not a sweep directory"),
     ("sweep-out-export-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/export_used"], 2,
      "not a sweep directory"),
+    # --- config values beyond their useful range (refused by the config, with the range) ----------------------
+    ("train-seed-2-64", [*TRAIN, SET, f"run.seed={2**64}"], 2, "run.seed: got 18446744073709551616"),
+    ("train-seed-2-32", [*TRAIN, SET, f"run.seed={2**32}"], 2, "less than or equal to 4294967295"),
+    ("train-split-seed-huge", [*TRAIN, SET, f"task.split_seed={2**70}"], 2, "task.split_seed"),
+    ("train-prompts-2-63", [*TRAIN, SET, f"batch.prompts_per_step={2**63}"], 2, "batch.prompts_per_step"),
+    ("train-group-2-40", [*TRAIN, SET, f"batch.samples_per_prompt={2**40}"], 2, "less than or equal to 2147483647"),
+    ("train-budget-2-60", [*TRAIN, SET, f"run.budget_samples={2**60}"], 2, "run.budget_samples"),
+    ("train-max-new-tokens-2-62", [*TRAIN, SET, f"sampling.max_new_tokens={2**62}"], 2,
+     "less than or equal to 65536"),
+    ("train-max-new-tokens-100000", [*TRAIN, SET, "sampling.max_new_tokens=100000"], 2, "sampling.max_new_tokens"),
+    ("train-max-new-tokens-past-context", [*TRAIN, SET, "sampling.max_new_tokens=64"], 2,
+     "leave no room for the prompt in the model's context of 64 positions"),
+    ("train-threads-100000", [*TRAIN, SET, "run.threads=100000"], 2, "run.threads"),
+    ("train-generator-threads-huge", [*TRAIN, SET, "rollout.generator_threads=5000"], 2, "rollout.generator_threads"),
+    ("train-lr-rule-negative", [*TRAIN, SET, "optim.lr_rule=-0.5"], 2, "must be in [0, 1], got -0.5"),
+    ("train-lr-rule-above-one", [*TRAIN, SET, "optim.lr_rule=1.5"], 2, "optim.lr_rule"),
+    ("train-critic-lr-rule-negative", [*TRAIN, SET, "critic.lr_rule=-1.0"], 2, "critic.lr_rule"),
+    ("train-template-unknown", [*TRAIN, SET, "task.template='{a}{op}{c}='"], 2, "placeholder {c}"),
+    ("train-template-attribute", [*TRAIN, SET, "task.template='{a.__class__}{op}{b}'"], 2, "task.template"),
+    ("train-template-unbalanced", [*TRAIN, SET, "task.template='{a{op}{b}='"], 2, "task.template"),
+    ("train-template-format-spec", [*TRAIN, SET, "task.template='{a:>99999999}{op}{b}='"], 2, "with a format"),
+    ("train-label-nul", [*TRAIN, SET, 'run.label="a\\u0000b"'], 2, "control character"),
+    ("train-label-newline", [*TRAIN, SET, 'run.label="a\\nb"'], 2, "control character"),
+    ("train-label-hidden", [*TRAIN, SET, "run.label='.hidden'"], 2, "must not be blank or start with '.'"),
+    ("train-label-blank", [*TRAIN, SET, "run.label=' '"], 2, "run.label"),
+    ("train-temperature-tiny", [*TRAIN, SET, "sampling.temperature=1e-300"], 2, "greater than or equal to 0.01"),
+    ("train-temperature-small", [*TRAIN, SET, "sampling.temperature=0.001"], 2, "sampling.temperature"),
+    ("sweep-seed-huge", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}", SET, f"run.seed={2**64}"], 2,
+     "run.seed"),
+    ("export-label-hidden", ["export", "verl", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}", SET,
+                             "run.label='.hidden'"], 2, "start with '.'"),
+    ("roofline-heads-not-dividing", ["roofline", "{w}/model_heads", "H100-SXM"], 2,
+     "3 heads do not divide hidden_size 64"),
+    ("roofline-kv-heads-not-dividing", ["roofline", "{w}/model_kv_heads", "H100-SXM"], 2,
+     "3 key/value heads do not divide the 4 attention heads"),
     # --- one writer per run -------------------------------------------------------------------------------------
     ("train-locked-by-live-pid", [*TRAIN, "--out", "{w}/locked_run"], 2, "locked by a run (pid 1 on host"),
     ("import-locked-by-live-pid", [*IMPORT, "--out", "{w}/out/locked_import"], 2, "locked by a run (pid 1 on host"),

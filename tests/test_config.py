@@ -93,5 +93,6 @@ def test_missing_and_malformed_config_files(tmp_path, capsys):
 
 def test_existing_run_dir_is_refused_before_compute(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"kind": "step"}) + "\n")
+    (tmp_path / "run.json").write_text("{}")  # a run of an earlier batchscale: run.json, metrics.jsonl, nothing else
     assert main(["train", "--out", str(tmp_path), "--set", "run.budget_samples=128"]) == 2
     assert "--overwrite" in capsys.readouterr().err

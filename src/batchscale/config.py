@@ -26,6 +26,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchscale.algorithms.specs import get_algorithm_spec
+from batchscale.config_ranges import (COUNT_MAX, MAX_NEW_TOKENS_MAX, SAMPLES_MAX, SEED_MAX, TEMPERATURE_MIN,
+                                     THREADS_MAX, check_label_text, check_lr_exponents, check_template)
 from batchscale.errors import UserError
 from batchscale.files import read_text_utf8
 
@@ -52,20 +54,20 @@ class TaskConfig(Section):
     digits: int = Field(2, ge=1, le=9)
     operations: str = "+"
     template: str = "{a}{op}{b}="  # the prompt text; `{a}`, `{op}`, `{b}` are filled in
-    split_seed: int = Field(0, ge=0)  # fixes which problems are held out for eval, shared by every run and seed
+    split_seed: int = Field(0, ge=0, le=SEED_MAX)  # fixes which problems are held out for eval, shared by every run and seed
     # data: rows {prompt, answer} from a JSONL or Parquet file
     path: str | None = None
     eval_path: str | None = None  # held-out rows; without it the last eval_size rows of `path` are held out
     reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
     reward_timeout_s: float = Field(10.0, gt=0)  # a user reward ("module:function") must score a batch within this
-    eval_size: int = Field(256, ge=1)
+    eval_size: int = Field(256, ge=1, le=COUNT_MAX)
 
 
 class BatchConfig(Section):
-    prompts_per_step: int = Field(16, ge=1)  # P
-    samples_per_prompt: int = Field(8, ge=1)  # G
-    micro_batch_size: int = Field(32, ge=1)  # sequences per forward/backward; changes execution only
-    reference_samples_per_step: int = Field(128, ge=1)  # B_ref: the batch at which optim.lr is the tuned value
+    prompts_per_step: int = Field(16, ge=1, le=COUNT_MAX)  # P
+    samples_per_prompt: int = Field(8, ge=1, le=COUNT_MAX)  # G
+    micro_batch_size: int = Field(32, ge=1, le=COUNT_MAX)  # sequences per forward/backward; changes execution only
+    reference_samples_per_step: int = Field(128, ge=1, le=SAMPLES_MAX)  # B_ref: the batch at which optim.lr is the tuned value
 
 
 class OptimConfig(Section):
@@ -91,9 +93,9 @@ class CriticConfig(Section):
 
 
 class SamplingConfig(Section):
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=TEMPERATURE_MIN)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(6, ge=1)
+    max_new_tokens: int = Field(6, ge=1, le=MAX_NEW_TOKENS_MAX)
 
 
 class AlgorithmConfig(Section):
@@ -117,7 +119,7 @@ class AlgorithmConfig(Section):
 
 class RolloutConfig(Section):
     backend: Literal["engine", "hf"] = "engine"  # "engine": continuous batching + KV cache; "hf": HF generate (reference)
-    max_concurrency: int = Field(256, ge=1)  # sequences decoding together (engine) / static batch size (hf)
+    max_concurrency: int = Field(256, ge=1, le=COUNT_MAX)  # sequences decoding together (engine) / static batch size (hf)
     # engine arithmetic: "auto" decodes a bf16/fp16 model in float32 on a CPU without native bf16 (which would emulate
     # it), a float32 model in bf16 on a bf16 GPU, else in the model's dtype; "model" always uses the model's dtype;
     # "float32" always upcasts
@@ -125,19 +127,19 @@ class RolloutConfig(Section):
     # "sync": generate, then train; "async": a generator process decodes while the trainer updates
     # (train/async_rollouts.py)
     mode: Literal["sync", "async"] = "sync"
-    generation_batch: int | None = Field(None, ge=1)  # async: responses in flight (B_gen); None: P*G
+    generation_batch: int | None = Field(None, ge=1, le=COUNT_MAX)  # async: responses in flight (B_gen); None: P*G
     max_staleness: int = Field(1, ge=0)  # async: k, policy versions a sample may lag the update that consumes it
     partial: bool = True  # async: an unfinished response continues under new weights (else they wait for it)
-    generator_threads: int = Field(1, ge=1)  # async: torch threads of the generator process
+    generator_threads: int = Field(1, ge=1, le=THREADS_MAX)  # async: torch threads of the generator process
 
 
 class RunConfig(Section):
-    budget_samples: int = Field(8192, ge=1)  # cumulative responses to train on
-    eval_every_samples: int = Field(1024, ge=1)
-    seed: int = Field(0, ge=0)
+    budget_samples: int = Field(8192, ge=1, le=SAMPLES_MAX)  # cumulative responses to train on
+    eval_every_samples: int = Field(1024, ge=1, le=SAMPLES_MAX)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
-    threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps torch's default
+    threads: int | None = Field(None, ge=1, le=THREADS_MAX)  # torch intra-op threads; None keeps torch's default
     tensorboard: bool = False
     # where policy, reference, critic, KV cache and update live: "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     device: str = "auto"
@@ -363,6 +365,10 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
     if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
         raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
                         "choose a label of letters, digits, '-' and '_'")
+    check_label_text(cfg.run.label)
+    check_lr_exponents({"optim.lr_rule": cfg.optim.lr_rule, "critic.lr_rule": cfg.critic.lr_rule})
+    if cfg.task.name == "arithmetic":
+        check_template(cfg.task.template)
 
 
 def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:

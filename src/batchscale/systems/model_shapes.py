@@ -115,8 +115,16 @@ def load_config_json(path: str | Path) -> ModelShape:
     hidden, heads = _positive_int(config, "hidden_size", path), _positive_int(config, "num_attention_heads", path)
     if config.get("num_key_value_heads") is None:
         config["num_key_value_heads"] = heads  # HF default: multi-head attention
-    if config.get("head_dim") is None:
+    if config.get("head_dim") is None:  # derived: the heads must split the hidden size evenly
+        if hidden % heads:
+            raise UserError(f"{path}: num_attention_heads", f"{heads} heads do not divide hidden_size {hidden} (and "
+                            "no head_dim is given)", "fix num_attention_heads or hidden_size, or add head_dim")
         config["head_dim"] = hidden // heads
+    kv_heads = _positive_int(config, "num_key_value_heads", path)
+    if heads % kv_heads:
+        raise UserError(f"{path}: num_key_value_heads", f"{kv_heads} key/value heads do not divide the {heads} "
+                        "attention heads (grouped-query attention shares each among a whole group)",
+                        "fix num_key_value_heads to a divisor of num_attention_heads")
     return ModelShape(
         name=str(path),
         hidden_size=hidden,

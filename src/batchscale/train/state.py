@@ -61,6 +61,16 @@ def build_training_state(cfg: Config, log: Callable[[str], None] = print) -> Tra
         raise
 
 
+def check_context(cfg: Config, model_config) -> None:
+    """A response must fit the model's context with room for its prompt: that bounds the KV cache and the logits a
+    rollout allocates by what the model can attend to, before anything is generated."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if isinstance(positions, int) and cfg.sampling.max_new_tokens >= positions:
+        raise UserError("sampling.max_new_tokens", f"{cfg.sampling.max_new_tokens} new tokens leave no room for the "
+                        f"prompt in the model's context of {positions} positions (max_position_embeddings)",
+                        f"set sampling.max_new_tokens below {positions}, less the longest prompt's tokens")
+
+
 def _build(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Callable[[str], None]) -> TrainingState:
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
@@ -71,6 +81,7 @@ def _build(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Callab
                         "set run.device = 'cpu' for an asynchronous run, or rollout.mode = 'sync' on a GPU")
     torch.manual_seed(cfg.run.seed)
     policy = load_policy(cfg.model, cfg.task, log, device)  # reference model and critic are copies: same device
+    check_context(cfg, policy.model.config)
     compute_dtype = resolve_training_dtype(cfg.optim.compute_dtype, policy.model.dtype, device.type)
     engine = build_engine(cfg.rollout, policy)
     actor = build_actor(policy.model, cfg, plan, compute_dtype)
