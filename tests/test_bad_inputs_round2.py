@@ -68,6 +68,14 @@ def world(tmp_path_factory, random_model_dir):
     assert main(["export", "verl", str(w / "sweep_ok.toml"), "--out", str(w / "export_used")]) == 0
     (w / "export_used" / "work").mkdir()
     (w / "export_used" / "work" / "train.log").write_text("verl's log\n")
+    write_sweep_file(w / "sweep_seeds.toml", 'seeds = [0, 1]\n[grid]\n"batch.prompts_per_step" = [2]\n')
+    for name, kind in (("samples_decrease", "step"), ("samples_decrease_eval", "eval")):
+        run = write_synthetic_run(w / name, "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        last = max(i for i, r in enumerate(records) if r["kind"] == kind)
+        records[last]["samples"] = 1  # a counter that went back
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     # model configs whose heads do not split evenly
     shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 128,
              "vocab_size": 100, "max_position_embeddings": 64}
@@ -164,6 +172,17 @@ CASES = [
      "3 heads do not divide hidden_size 64"),
     ("roofline-kv-heads-not-dividing", ["roofline", "{w}/model_kv_heads", "H100-SXM"], 2,
      "3 key/value heads do not divide the 4 attention heads"),
+    # --- what the sweep file and a run's log may say -------------------------------------------------------------
+    ("sweep-set-swept-key", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}", SET, "batch.prompts_per_step=4"],
+     2, "--set batch.prompts_per_step: is a key the sweep file varies"),
+    ("sweep-set-seed-with-seeds", ["sweep", "{w}/sweep_seeds.toml", "--out", "{w}/out/{id}", SET, "run.seed=3"], 2,
+     "--set run.seed"),
+    ("export-set-swept-key", ["export", "verl", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}", SET,
+                              "batch.prompts_per_step=4"], 2, "is a key the sweep file varies"),
+    ("analyze-samples-decrease", ["analyze", "{w}/samples_decrease", "--out", "{w}/out/{id}"], 2,
+     "cumulative samples decrease"),
+    ("analyze-samples-decrease-eval", ["analyze", "{w}/samples_decrease_eval", "--out", "{w}/out/{id}"], 2,
+     "cumulative samples decrease (step at step"),
     # --- one writer per run -------------------------------------------------------------------------------------
     ("train-locked-by-live-pid", [*TRAIN, "--out", "{w}/locked_run"], 2, "locked by a run (pid 1 on host"),
     ("import-locked-by-live-pid", [*IMPORT, "--out", "{w}/out/locked_import"], 2, "locked by a run (pid 1 on host"),
@@ -201,3 +220,42 @@ def test_the_second_catalogue_covers_deletion_and_locks():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids)) and len(CASES) >= 20
     assert {"train", "import", "sweep", "analyze", "report", "export", "demo"} <= {args[0] for _, args, _, _ in CASES}
+
+
+def test_the_command_line_wins_over_the_sweep_files_set(world):
+    from batchscale.sweep.spec import load_sweep_spec
+
+    path = world / "out" / "sweep_with_set.toml"
+    write_sweep_file(path, '[set]\n"run.budget_samples" = 512\n[grid]\n"batch.prompts_per_step" = [2]\n',
+                     base=str(world / "base.toml"))
+    assert [p.config.run.budget_samples for p in load_sweep_spec(path)] == [512]
+    assert [p.config.run.budget_samples for p in load_sweep_spec(path, ["run.budget_samples=256"])] == [256]
+
+
+def test_seeds_with_identical_curves_analyse_plan_and_report_without_a_traceback(tmp_path, capsys):
+    import shutil
+
+    from batchscale.analysis.synthetic import write_synthetic_run
+
+    first = write_synthetic_run(tmp_path / "runs" / "a__s0", "a", 0, 4, 8, "sqrt", 1e-6)
+    for name, changes in (("a__s1", {"seed": 1}), ("b__s0", {"label": "b"}), ("b__s1", {"label": "b", "seed": 1})):
+        copy = shutil.copytree(first, tmp_path / "runs" / name)
+        for document in ("run.json", "summary.json"):
+            data = json.loads((copy / document).read_text())
+            (copy / document).write_text(json.dumps({**data, **changes}))
+    for command in (["analyze"], ["plan"], ["report"]):
+        assert main([*command, str(tmp_path)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_report_on_a_run_directory_names_only_paths_that_exist(tmp_path, capsys):
+    import re
+
+    from batchscale.analysis.synthetic import write_synthetic_run
+
+    run = write_synthetic_run(tmp_path / "one_run", "a", 0, 4, 8, "sqrt", 1e-6)
+    assert main(["report", str(run)]) == 0
+    for text in ((run / "report.md").read_text(), capsys.readouterr().err):
+        assert "runs/" not in text.replace(str(tmp_path), "")
+        for path in re.findall(re.escape(str(tmp_path)) + r"[^\s,;:)]*", text):
+            assert Path(path.rstrip(".")).exists(), path

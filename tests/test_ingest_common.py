@@ -17,7 +17,7 @@ from batchscale.rundir import RunDescriptor, read_run, summarize_run, write_run
 def check_run_dir(run_dir: Path, prompts_per_step: int, samples_per_prompt: int) -> tuple[list[dict], dict]:
     """Assert `run_dir` is a valid imported run directory, read through the one reader; returns (records, run.json)."""
     run_dir = Path(run_dir)
-    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl", "run.json", "summary.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".batchscale", "metrics.jsonl", "run.json", "summary.json"]
     run = read_run(run_dir)
     d = run.descriptor
     assert (d.prompts_per_step, d.samples_per_prompt) == (prompts_per_step, samples_per_prompt)

@@ -39,7 +39,7 @@ from pathlib import Path
 from batchscale.errors import DataWarning, UserError
 from batchscale.plan.rows import ConfigMeasurement
 from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile, LoadedRun,
-                               find_run_dirs, read_document, read_run, sweep_runs_dir)
+                               find_run_dirs, read_document, read_run)
 
 THROUGHPUT_METHOD = "samples_per_step / median(time/step) over steps after the first, mean over seeds"
 
@@ -105,9 +105,11 @@ def load_sweep_inputs(sweep_dir: Path, reference: str | None = None, profile_pat
 def measure_sweep_throughput(sweep_dir: Path) -> dict[str, list[RunThroughput]]:
     """Per label, the throughput of each of its runs (seeds) that has timed step records."""
     by_label: dict[str, list[RunThroughput]] = {}
-    if not sweep_runs_dir(sweep_dir).is_dir():
+    try:
+        run_dirs = find_run_dirs(sweep_dir)  # a sweep's runs/, a directory of runs, or one run directory
+    except UserError:
         return by_label
-    for run_dir in find_run_dirs(sweep_dir):
+    for run_dir in run_dirs:
         run = read_run(run_dir)
         measured = measure_run_throughput(run)
         if measured is not None:
@@ -142,7 +144,7 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
     if not runs:
         raise UserError(
             f"label {label!r}",
-            f"has no run with timed step records under {sweep_runs_dir(sweep_dir)}",
+            f"has no run with timed step records in {sweep_dir}",
             "give the sweep directory that holds this analysis's runs",
         )
     stable = [r for r in runs if not r.warmup_only]

@@ -6,6 +6,8 @@ Numbers come from the plan document (`rundir.PlanDocument`) and analysis.json un
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target, rollout_cell
@@ -78,6 +80,12 @@ def verdict(plan: dict) -> str:
     return describe_verdict(plan)
 
 
+def run_dirs_place(path: Path) -> str:
+    """Where the report's runs are, as it is on disk: a sweep's runs/, or the directory itself (one run, or a
+    directory of runs)."""
+    return f"{path / 'runs'}" if (path / "runs").is_dir() else str(path)
+
+
 def measurement_notes(inputs: ReportInputs) -> list[str]:
     """One plain-text line per measurement: what it is and how it was measured."""
     plan, analysis = inputs.plan, inputs.analysis
@@ -86,7 +94,8 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
         f"Reference configuration: {plan['reference']}. Target score: {format_number(analysis.get('target'), 4)} "
         f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}); where it came "
         f"from: {analysis.get('target_rule') or 'not recorded'}.",
-        f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run directories under runs/. "
+        f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run director"
+        f"{'y' if inputs.runs_total == 1 else 'ies'} in {run_dirs_place(inputs.sweep_dir)}. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
         "N*: first crossing of the target per seed, linearly interpolated between eval points; a seed that never reaches "
         f"it is censored. Mean and {intervals.DEFAULT_CONFIDENCE:.0%} {intervals.INTERVAL_METHOD} (Student's t) over "

@@ -15,7 +15,8 @@ JSON cannot hold is an error where it is produced, never a `null` in a finished 
 Reader. `read_run` returns the descriptor, the step and eval records and the summary (None: the run did not finish),
 under one policy for every command: a truncated last line (a crash mid-write) is dropped with a `DataWarning`; a
 corrupt line anywhere else is a UserError naming the file and line; a (kind, step) logged twice keeps the later
-record (a resumed run); records of another kind are ignored.
+record (a resumed run); records of another kind are ignored; cumulative samples that decrease with the step are a
+UserError.
 
 Versions. run.json carries `schema_version` (2). A run.json without one (version 1, before the batch facts) reads with
 the defaults of a single-pass synchronous update: samples_per_update = samples_per_step, updates_per_step = 1,
@@ -417,8 +418,22 @@ def read_run(run_dir: Path) -> LoadedRun:
     records = read_records(run_dir)
     latest = {(r["kind"], r["step"]): r for r in records}
     steps = sorted((r for (kind, _), r in latest.items() if kind == "step"), key=lambda r: r["step"])
+    check_samples_grow(run_dir, sorted(latest.values(), key=lambda r: (r["step"], r["kind"] == "step")))
     evals = sorted((r for (kind, _), r in latest.items() if kind == "eval"), key=lambda r: (r["samples"], r["step"]))
     return LoadedRun(run_dir, descriptor, steps, evals, read_summary(run_dir, descriptor, steps + evals))
+
+
+def check_samples_grow(run_dir: Path, records: list[dict]) -> None:
+    """Cumulative samples never decrease with the step (an eval at step s counts the samples of step s): a log that
+    says otherwise is not one run's learning curve (two runs' logs mixed, or a broken counter)."""
+    previous = None
+    for record in records:
+        if previous is not None and record["samples"] < previous["samples"]:
+            raise UserError(f"{Path(run_dir) / METRICS_FILE} step {record['step']}",
+                            f"cumulative samples decrease ({previous['kind']} at step {previous['step']}: "
+                            f"{previous['samples']:,}; {record['kind']} at step {record['step']}: {record['samples']:,})",
+                            "repair or re-import the run: samples must be cumulative (non-decreasing with the step)")
+        previous = record
 
 
 def find_run_dirs(path: Path) -> list[Path]:

@@ -3,7 +3,8 @@
     base = "grpo-tiny.toml"               # optional: a run config, relative to this file
     seeds = [0, 1]
 
-    [set]                                 # overrides for every point (quoted dotted keys)
+    [set]                                 # overrides for every point (quoted dotted keys); a --set on the
+                                          # command line wins over it, and may not name a key the sweep varies
     "run.budget_samples" = 8192
 
     [grid]                                # the cartesian product of these lists
@@ -105,9 +106,10 @@ def load_sweep_spec(path: Path, overrides: list[str] = ()) -> list[Point]:
         base = read_toml(path.parent / data["base"])
     from batchscale.config import apply_overrides
 
-    base = apply_overrides(base, list(overrides))
     for key, value in data.get("set", {}).items():
         set_dotted(base, key, value, "set")
+    check_overrides_not_swept(overrides, data)
+    base = apply_overrides(base, list(overrides))  # the command line wins over the file's [set] and base
     run_section = base.get("run", {})
     seeds = data.get("seeds", [run_section.get("seed", 0) if isinstance(run_section, dict) else 0])
     combos = expand(data.get("grid", {}), "grid") if data.get("grid") else [{}]
@@ -128,6 +130,23 @@ def load_sweep_spec(path: Path, overrides: list[str] = ()) -> list[Point]:
                                 "give points that differ only in non-label keys a distinct run.label")
             points[name] = Point(name, label, seed, config)
     return list(points.values())
+
+
+def check_overrides_not_swept(overrides: list[str], data: dict) -> None:
+    """A --set key the sweep file varies ([grid], [[points]], seeds) cannot win for every point without merging
+    them: an error, never one side silently dropped."""
+    from batchscale.config import parse_override
+
+    swept = set(data.get("grid", {}))
+    for extra in data.get("points", []):
+        swept |= set(extra)
+    if "seeds" in data:
+        swept.add("run.seed")
+    for item in overrides:
+        key = ".".join(parse_override(item)[0])
+        if key in swept:
+            raise UserError(f"--set {key}", "is a key the sweep file varies ([grid], [[points]] or seeds), so one "
+                            "value for every point would merge them", f"drop --set {key}, or change the sweep file")
 
 
 def _validate_point(point_data: dict, combo: dict, seed: int) -> Config:
