@@ -71,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     import os
     import warnings
 
+    from batchscale.processes import Terminated, terminate_gracefully
+
     warnings.formatwarning = _format_warning
     try:
-        result = app(args=argv, standalone_mode=False)
+        with terminate_gracefully():  # SIGTERM runs the same cleanup as Ctrl-C
+            result = app(args=argv, standalone_mode=False)
     except UserError as e:
         typer.echo(f"error: {e}", err=True)
         return e.exit_code
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130
+    except Terminated:
+        typer.echo("terminated", err=True)
+        return 143
     except _usage_error_types() as e:  # unknown option, missing argument, bad value
         if type(e).__name__ == "NoArgsIsHelpError":
             e.show()  # a bare command: its help

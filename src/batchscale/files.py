@@ -202,6 +202,19 @@ def cache_root() -> Path:
     return Path(os.environ.get("BATCHSCALE_CACHE", Path.home() / ".cache" / "batchscale"))
 
 
+def remove_stale_builds(target: Path) -> list[Path]:
+    """Remove the staging directories an earlier build of `target` left (`.NAME.building-PID-TOKEN`, and an earlier
+    one it was replacing): call while holding the build lock, which no live builder holds, so every one is a dead
+    builder's (killed with SIGKILL, or a power cut)."""
+    removed = []
+    for pattern in (f".{target.name}.building-*", f".{target.name}.replaced-*"):
+        for path in target.parent.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
 def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str], None], what: str,
                replace: Callable[[Path], bool] | None = None) -> Path:
     """`target`, built on first use by `build(staging_dir)` and renamed into place complete. Concurrent first uses
@@ -217,6 +230,7 @@ def build_once(target: Path, build: Callable[[Path], None], log: Callable[[str],
     with exclusive_lock(target.parent / f".{target.name}.lock"):
         if built():  # another process built it while this one waited
             return target
+        remove_stale_builds(target)
         log(f"{what} (once, cached in {target})")
         with staged_directory(target, "building") as staging:
             build(staging)
