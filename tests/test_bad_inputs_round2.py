@@ -76,6 +76,10 @@ def world(tmp_path_factory, random_model_dir):
         last = max(i for i, r in enumerate(records) if r["kind"] == kind)
         records[last]["samples"] = 1  # a counter that went back
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    foreign_point = w / "sweep_foreign_point" / "runs" / "grpo-P2-G2-sqrt__s0"  # the user's folder where a point goes
+    foreign_point.mkdir(parents=True)
+    (foreign_point / "notes.txt").write_text("mine\n")
+    (w / "sweep_foreign_point" / MARKER_FILE).write_text('{"kind": "sweep"}')
     # model configs whose heads do not split evenly
     shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 128,
              "vocab_size": 100, "max_position_embeddings": 64}
@@ -135,6 +139,8 @@ CASES = [
      "non-empty directory without a sweep batchscale wrote"),
     ("sweep-out-run-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/run"], 2,
      "is a run directory, not a sweep directory"),
+    ("sweep-foreign-point-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/sweep_foreign_point"], 2,
+     "is not a run batchscale wrote, but the sweep writes point grpo-P2-G2-sqrt__s0 there"),
     ("sweep-out-export-dir", ["sweep", "{w}/sweep_ok.toml", "--out", "{w}/export_used"], 2,
      "not a sweep directory"),
     # --- config values beyond their useful range (refused by the config, with the range) ----------------------

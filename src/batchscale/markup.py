@@ -1,7 +1,7 @@
 """Text from input (labels, model and task names, paths, warnings) on its way into Markdown: shown, never interpreted.
 
 `markdown_text` escapes what would make a Markdown viewer build something: raw HTML (`<script>`, `<img onerror=...>`,
-entities) becomes entities, link and image brackets and code backticks are backslash-escaped (so `[x](javascript:...)`
+entities) loses its `<` and `&` to entities (a lone `>`, as in "T > 41 s", stays), link and image brackets and code backticks are backslash-escaped (so `[x](javascript:...)`
 and `![x](...)` stay text), a table cell's `|` is escaped, and line breaks become spaces (one line stays one line).
 Emphasis characters (`*`, `_`) are left alone: they cannot run anything, and labels such as p4_g8_sqrt stay
 readable in the Markdown source. (Data is never put in code spans: a viewer that renders HTML inside one, or a
@@ -16,7 +16,7 @@ import re
 from urllib.parse import quote
 
 _LINE_BREAKS = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]+")
-_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_ENTITIES = {"&": "&amp;", "<": "&lt;"}  # no tag or entity starts without these; a lone ">" stays readable
 _BACKSLASHED = set("\\`[]|")
 
 

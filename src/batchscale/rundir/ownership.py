@@ -9,8 +9,9 @@ the overwrite with the list of them. Inputs of the command that lie inside the t
 
 Directories written before the marker existed are recognised strictly, by their whole content (`directory_kind`):
 - a run: run.json and metrics.jsonl are regular files and every entry is a run entry;
-- a sweep: sweep.json is a regular file and runs/ a directory, or sweep.lock is a regular file (a sweep that locked
-  it before writing anything: the lock then names its holder), and every entry is a sweep entry;
+- a sweep: every entry is a sweep entry, and runs/ is a directory, or sweep.lock a regular file (a sweep that locked
+  it before writing anything: the lock then names its holder), or sweep.json a sweep's document (its points are
+  {name, label, seed}); a sweep only ever deletes staging names and unfinished runs of its own under runs/;
 - a demo: as a sweep, and sweep.toml starts with the line the demo writes;
 - an export: sweep.json and README.md are regular files, README.md starts with the export's title and holds its
   "Exported by `batchscale export" line, and every entry is an export entry.
@@ -38,6 +39,7 @@ KINDS = ("run", "sweep", "export", "demo", "analysis")
 DEMO_HEADER = "# Written by `batchscale demo`"
 EXPORT_HEADER = "Exported by `batchscale export"
 FOREIGN_SHOWN = 8
+MAX_SWEEP_DOCUMENT_BYTES = 16 << 20
 KIND_NOUNS = {"run": "run", "sweep": "sweep", "export": "previous export", "demo": "demo", "analysis": "analysis"}
 
 # Top-level entries (fnmatch patterns) batchscale writes. Temporary names (.NAME.tmp, staging) are batchscale's too.
@@ -98,8 +100,8 @@ def directory_kind(path: Path) -> str | None:
         return marked
     if _is_file(path / "run.json") and _is_file(path / "metrics.jsonl") and not foreign_entries(path, "run"):
         return "run"
-    has_runs = _is_file(path / "sweep.json") and (path / "runs").is_dir() and not (path / "runs").is_symlink()
-    if has_runs or _is_file(path / "sweep.lock"):
+    has_runs = (path / "runs").is_dir() and not (path / "runs").is_symlink()
+    if has_runs or _is_file(path / "sweep.lock") or _is_sweep_document(path / "sweep.json"):
         if _starts_with(path / "sweep.toml", DEMO_HEADER) and not foreign_entries(path, "demo"):
             return "demo"
         if not foreign_entries(path, "sweep"):
@@ -151,6 +153,18 @@ def check_may_write_outputs(path: Path, names: tuple[str, ...], option: str) -> 
     if taken:
         raise UserError(option, f"{path} is not a directory batchscale wrote and already holds {', '.join(taken)}, "
                         "which this command would overwrite", f"choose a new or empty {option}, or move those files")
+
+
+def _is_sweep_document(path: Path) -> bool:
+    """sweep.json as a sweep writes it: an object whose points are {name, label, seed} objects."""
+    if not _is_file(path) or path.stat().st_size > MAX_SWEEP_DOCUMENT_BYTES:
+        return False
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    points = data.get("points") if isinstance(data, dict) else None
+    return isinstance(points, list) and all(isinstance(p, dict) and {"name", "label", "seed"} <= set(p) for p in points)
 
 
 def _is_file(path: Path) -> bool:

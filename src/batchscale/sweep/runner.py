@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from batchscale.rundir import is_finished_run, read_run, sweep_runs_dir, write_sweep_points
+from batchscale.rundir import is_finished_run, is_run_dir, read_run, sweep_runs_dir, write_sweep_points
 from batchscale.rundir.staging import sweep_staging_dir
 from batchscale.sweep.resume import Resumable, reclaim_staging, with_threads
 from batchscale.sweep.spec import Point
@@ -112,6 +112,11 @@ def prepare_sweep_dir(points: list[Point], sweep_dir: Path, threads: int | None 
         if is_finished_run(final):
             finished.append(point)
             continue
+        if os.path.lexists(final) and not is_run_dir(final):  # never delete what batchscale did not write
+            from batchscale.errors import UserError
+
+            raise UserError(str(final), f"is not a run batchscale wrote, but the sweep writes point {point.name} there",
+                            f"move {final} out of {runs}, and rerun")
         shutil.rmtree(final, ignore_errors=True)  # a run directory without a summary did not finish
         todo.append(point)
     resumable = reclaim_staging(todo, sweep_dir, threads, log)
