@@ -104,6 +104,8 @@ class NoiseScalePrediction(Strict):
     b_noise_steps: int
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     b_noise_fitted: float | None = None  # the B_noise whose rN(B) curve fits the sweep's measured rN best
+    b_noise_fitted_low: float | None = None  # its 80% interval from the seeds' scatter (analysis.noise_fit); None:
+    b_noise_fitted_high: float | None = None  # open at that end, or no interval (fewer than 2 seeds anywhere)
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
     compute_fraction: float | None
