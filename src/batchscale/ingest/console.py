@@ -65,6 +65,27 @@ def read_literal(lines: list[tuple[int, str]], start: int, opener: str = "{"):
     return None
 
 
+def read_printed_string(lines: list[tuple[int, str]], start: int) -> tuple[str, int] | None:
+    """(text, index after it) of a string pprint printed from `lines[start]` on: a repr in quotes, or, when longer
+    than a line, adjacent quoted pieces in parentheses; None when none closes within MAX_LITERAL_LINES."""
+    first = lines[start][1]
+    opening = [first.find(c) for c in "(\"'" if c in first]
+    parts = [first[min(opening):]] if opening else []
+    for index in range(start, min(len(lines), start + MAX_LITERAL_LINES)):
+        if not parts:
+            return None
+        if index > start:
+            parts.append(lines[index][1])
+        if not parts[-1].rstrip().endswith(("'", '"', ")")):
+            continue
+        try:
+            value = ast.literal_eval("\n".join(parts).strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        return (value, index + 1) if isinstance(value, str) else None
+    return None
+
+
 def unwrap_numpy_reprs(text: str) -> str:
     """`np.float64(0.5)` -> `0.5` inside a literal, so `ast.literal_eval` (never `eval`) can read it."""
     return re.sub(r"np\.(?:float|int|uint)\d+\(([^()]*)\)", r"\1", text)

@@ -130,4 +130,9 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
                 value = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
             fields[field_name] = value
             break
+    if style == "verl" and "samples_per_prompt" not in fields and "actor_rollout_ref.rollout.name" in config \
+            and "actor_rollout_ref.rollout.n" not in config:
+        fields["samples_per_prompt"] = 1
+        notes.append("the config's rollout section has no n (verl before 2025-01-05, ppo_trainer.yaml): one response "
+                     "per prompt, G = 1")
     return fields

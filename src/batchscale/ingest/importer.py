@@ -19,6 +19,7 @@ from batchscale.ingest.records import build_records
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
+from batchscale.ingest.verl_legacy import normalize_legacy_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
 from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
 
@@ -101,6 +102,7 @@ def safe_name(name: str) -> str:
 def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
+    normalize_legacy_verl(parsed)
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
