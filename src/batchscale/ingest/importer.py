@@ -106,7 +106,7 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
-    records, report = build_records(parsed, str(path), prompts * group, prompts)
+    records, report = build_records(parsed, str(path), prompts * group, prompts, fields.pop("samples_by_step", None))
     descriptor_fields = describe_run(parsed, fields, records, label, seed, report["first_step"])
     descriptor_fields["lr_rule"] = lr_rule or "unknown"
     descriptor_fields["import"] = {
