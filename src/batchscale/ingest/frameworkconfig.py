@@ -130,9 +130,41 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
                 value = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
             fields[field_name] = value
             break
+    if style == "trl" and "prompts_per_step" not in fields:
+        derive_trl_prompts(config, fields, notes)
     if style == "verl" and "samples_per_prompt" not in fields and "actor_rollout_ref.rollout.name" in config \
             and "actor_rollout_ref.rollout.n" not in config:
         fields["samples_per_prompt"] = 1
         notes.append("the config's rollout section has no n (verl before 2025-01-05, ppo_trainer.yaml): one response "
                      "per prompt, G = 1")
     return fields
+
+
+TRL_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "num_generations")
+
+
+def derive_trl_prompts(config: dict, fields: dict, notes: list[str]) -> None:
+    """TRL's P: each optimizer step (the logged step) takes per_device_train_batch_size x gradient_accumulation_steps
+    x processes completions, generated fresh once every num_iterations passes (TRL's `_prepare_inputs` reuses a
+    generation batch num_iterations times), so P = that / num_iterations / num_generations."""
+    values = [config.get(key) for key in TRL_BATCH_KEYS]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        missing = [key for key, v in zip(TRL_BATCH_KEYS, values) if not isinstance(v, int)]
+        notes.append(f"P not derivable from the training arguments (no {', '.join(missing)})")
+        return
+    per_device, accumulation, processes, group = values
+    iterations = config.get("num_iterations") if isinstance(config.get("num_iterations"), int) else 1
+    completions = per_device * accumulation * processes
+    if completions % (iterations * group):
+        notes.append(f"{completions} completions per optimizer step are not a whole number of groups of {group} "
+                     f"per generation ({iterations} iteration(s)); P not derived")
+        return
+    fields["prompts_per_step"] = completions // (iterations * group)
+    steps_per_generation = config.get("steps_per_generation")
+    notes.append(
+        f"P = per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x {processes} "
+        f"process(es) / num_iterations {iterations} / num_generations {group} = {fields['prompts_per_step']} "
+        "fresh prompts per optimizer step (a TRL step is one optimizer step)"
+        + (f"; one generation batch serves {steps_per_generation * iterations // accumulation} optimizer steps "
+           f"(steps_per_generation {steps_per_generation})" if isinstance(steps_per_generation, int)
+           and steps_per_generation * iterations != accumulation else ""))
