@@ -2,7 +2,8 @@
 
 verl's Hydra writes the config to `.hydra/config.yaml` in the run's output directory, while the file logger writes to
 `<project>/<experiment>.jsonl` under the working directory (verl/utils/tracking.py `FileLogger`); find_config_file
-looks in both places. A console log carries the config itself (verl_console.py). A config found this way that cannot be read
+looks in both places. A console log carries the config itself (verl_console.py); a W&B run folder its `config.yaml`
+(unwrapped from W&B's `{value: ...}` layout). A config found this way that cannot be read
 is noted and ignored; one passed with `--config` must be readable. A JSON or YAML dump of OpenRLHF's arguments (old
 flat names or the newer dotted ones) or of TRL's training arguments can be passed with `--config`. Nested mappings are
 flattened to dotted keys, so `{"data": {"train_batch_size": 256}}` reads as `data.train_batch_size`.
@@ -105,7 +106,16 @@ def read_config_file(config_path: Path) -> dict:
         raise UserError(str(config_path), f"not valid YAML/JSON ({e})", "pass the framework's config file") from None
     if not isinstance(data, dict):
         raise UserError(str(config_path), "the config must be a mapping", "pass the framework's config file")
-    return flatten_mapping(data)
+    return flatten_mapping(unwrap_wandb_config(data))
+
+
+def unwrap_wandb_config(data: dict) -> dict:
+    """A W&B run's `files/config.yaml` holds each top-level key of the logged config as `{value: ...}` (older
+    clients: `{desc: null, value: ...}`), beside `_wandb` and `wandb_version`; other mappings are returned as they are."""
+    if "_wandb" not in data:
+        return data
+    return {key: item["value"] for key, item in data.items()
+            if key not in ("_wandb", "wandb_version") and isinstance(item, dict) and "value" in item}
 
 
 def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
