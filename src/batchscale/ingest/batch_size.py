@@ -66,7 +66,7 @@ def logged_batch_by_step(parsed: ParsedLog) -> tuple[dict[int, float], str]:
     by_step: dict[int, dict] = {}
     for row in parsed.rows:
         by_step.setdefault(row.step, {}).update(row.metrics)
-    ranks = data_parallel_ranks(parsed.config) if parsed.config else None
+    ranks = data_parallel_ranks({**parsed.command_config, **parsed.config})
     counts, how = {}, TOTAL_FORMULA
     for step, metrics in by_step.items():
         total = number(metrics.get(keys[0]))
@@ -96,15 +96,16 @@ def varies(counts: dict[int, float]) -> bool:
 def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_prompt: int | None) -> dict:
     """Run descriptor fields: P, G (required), lr, algorithm, model, task, seed, updates; `batch_from` says whence."""
     fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
-    where = parsed.config_path or "the config"
     origin = {name: "config" for name in BATCH_FIELDS if name in fields}
+    merge_launch_command(parsed, fields, origin)
     for name, value in parsed.batch_hints.items():
         if name not in fields:
             fields[name], origin[name] = value, "log"
     for name, flag_value in zip(BATCH_FIELDS, (prompts_per_step, samples_per_prompt)):
         if flag_value is None:
             continue
-        if origin.get(name) == "config" and disagree(flag_value, fields[name]):
+        if origin.get(name) in ("config", "command") and disagree(flag_value, fields[name]):
+            where = source_of(parsed, origin, name)
             raise UserError(flag_name(name), f"{flag_value} contradicts {fields[name]} in {where}",
                             f"drop {flag_name(name)} (the config is the run's own record) or pass the right config")
         if origin.get(name) == "log" and fields[name] != flag_value:
@@ -126,6 +127,31 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
     fields["batch_from"] = origin
     resolve_updates(parsed, fields)
     return fields
+
+
+def source_of(parsed: ParsedLog, origin: dict, name: str) -> str:
+    """Where a config-like field came from, for messages: the config file, or the launch command in the log."""
+    if origin.get(name) == "command":
+        return parsed.command_path or "the launch command"
+    return parsed.config_path or "the config"
+
+
+def merge_launch_command(parsed: ParsedLog, fields: dict, origin: dict) -> None:
+    """The launch command's options fill what the config lacks (origin "command"); where both give a value and
+    they differ, the config (what the framework resolved and ran) is kept, with a warning."""
+    if not parsed.command_config:
+        return
+    command = read_run_fields(parsed.command_config, parsed.style, parsed.notes)
+    for name, value in command.items():
+        if name not in fields:
+            fields[name] = value
+            if name in BATCH_FIELDS:
+                origin[name] = "command"
+        elif value != fields[name]:
+            parsed.problems.append(f"{parsed.command_path} sets {name} = {value}, but {parsed.config_path} holds "
+                                   f"{fields[name]}: the config was kept")
+    if not parsed.config_path:
+        parsed.notes.append(f"no config file: P, G and the rest read from {parsed.command_path}")
 
 
 def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
@@ -162,10 +188,10 @@ def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
         return
     flags = [flag_name(name) for name in BATCH_FIELDS if origin.get(name) == "flag"]
     sources = sorted({origin[name] for name in BATCH_FIELDS} - {"flag"})
-    named = " and ".join(flags) if flags else (parsed.config_path or "the config")
+    named = " and ".join(flags) if flags else " and ".join(sorted({source_of(parsed, origin, n) for n in BATCH_FIELDS}))
     message = f"P x G = {product} but the log holds {logged:.1f} sequences per step ({how})"
     fix = ("pass the P and G the run used (or drop the flags and let the config decide)" if flags else
-           "the config is not this run's: pass --config with the run's own config, or flags that match the log")
+           "the config is not this run's: pass --config with the run's own config")
     if flags and sources:
         message += f"; P and G from flags and {', '.join(sources)}"
     raise UserError(named, message, fix)

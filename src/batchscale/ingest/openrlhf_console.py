@@ -24,6 +24,7 @@ from pathlib import Path
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow
 from batchscale.ingest.console import clean_lines, read_literal
+from batchscale.ingest.launch import attach_launch_options
 
 STEP_LINE = re.compile(r"Global step (\d+): \{")
 EVAL_LINE = re.compile(r"Evaluation completed in [^,]*, global_step (\d+), eval_metrics: \{")
@@ -56,4 +57,5 @@ def read_openrlhf_console(path: Path) -> ParsedLog:
         raise UserError(str(path), "no '✨ Global step N: {...}' or 'eval_metrics: {...}' line; is FORMAT right?", FIX)
     if skipped:
         parsed.problems.append(f"{len(skipped)} status line(s) could not be read and were skipped, e.g. {skipped[0]}")
+    attach_launch_options(parsed, path, lines)
     return parsed

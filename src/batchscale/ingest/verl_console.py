@@ -37,6 +37,7 @@ from batchscale.ingest.console import (
     read_printed_string,
 )
 from batchscale.ingest.frameworkconfig import flatten_mapping
+from batchscale.ingest.launch import attach_launch_options
 from batchscale.ingest.verl_legacy import BARE_TEST_SCORE, is_bare_validation
 
 STEP_LINE = re.compile(r"^step:(\d+)(?: - (.*))?$")
@@ -101,6 +102,7 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     if not parsed.rows:
         raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
     add_printed_validation(parsed, printed_validation)
+    attach_launch_options(parsed, path, lines)
     if values and rounded == values:
         parsed.logged_lr_exact = False
         parsed.notes.append("values are printed with 3 decimals (verl <= 0.4.1 console): precision 0.001")
