@@ -216,7 +216,8 @@ def grpo_config_class(monkeypatch):
             if self.generation_batch_size is None and self.steps_per_generation is None:
                 self.steps_per_generation = self.gradient_accumulation_steps
             if self.generation_batch_size is None:
-                self.generation_batch_size = self.per_device_train_batch_size * num_processes * self.steps_per_generation
+                per_generation = self.per_device_train_batch_size * self.steps_per_generation
+                self.generation_batch_size = per_generation * num_processes
 
     return register_as_trl(GRPOConfig, monkeypatch)
 

@@ -82,27 +82,27 @@ def step_metrics(global_steps: int, test_freq: int = 2) -> dict:
 
 
 def write_v01_console(path: Path, steps: int = 4, n: int | None = None, logged_initial: bool = False,
-                      ansi: bool = False) -> Path:
+                      ansi: bool = False, prefix: str = PREFIX) -> Path:
     """A tee'd console of verl v0.1 (or, with `n` and `logged_initial`, of early January 2025)."""
     out = io.StringIO()
     out.write("2024-12-20 09:00:01,001\tINFO worker.py:1821 -- Started a local Ray instance.\n")
     for line in pprint.pformat(v01_config(n)).splitlines():
-        out.write(PREFIX + line + "\n")
-    out.write(f"{PREFIX}(WorkerDict pid=24001) Total steps: 30\n")
-    out.write(f"{PREFIX}Using LocalLogger is deprecated. The constructor API will change \n")
+        out.write(prefix + line + "\n")
+    out.write("(WorkerDict pid=24001) Total steps: 30\n")
+    out.write(f"{prefix}Using LocalLogger is deprecated. The constructor API will change \n")
     initial = {"test_score/openai/gsm8k": np.float64(0.2350265352539803),
                "test_score/lighteval/MATH": np.float64(0.1)}
-    out.write(f"{PREFIX}validation generation end\n")
+    out.write(f"{prefix}validation generation end\n")
     for line in pprint.pformat(f"Initial validation metrics: {dict((k, float(v)) for k, v in initial.items())}"
                                ).splitlines():
-        out.write(PREFIX + line + "\n")
+        out.write(prefix + line + "\n")
     if logged_initial:  # 2856be4: logger.log(data=val_metrics, step=global_steps) before training
-        out.write(PREFIX + concat_dict_to_str(initial, 0) + "\n")
+        out.write(prefix + concat_dict_to_str(initial, 0) + "\n")
     for global_steps in range(steps):
-        line = PREFIX + concat_dict_to_str(step_metrics(global_steps), global_steps)
+        line = prefix + concat_dict_to_str(step_metrics(global_steps), global_steps)
         out.write((f"\x1b[36m{line}\x1b[0m" if ansi else line) + "\n")
-    out.write(f"{PREFIX}validation generation end\n")
-    out.write(PREFIX + pprint.pformat(f"Final validation metrics: {{'test_score/openai/gsm8k': 0.61}}") + "\n")
+    out.write(f"{prefix}validation generation end\n")
+    out.write(prefix + pprint.pformat(f"Final validation metrics: {{'test_score/openai/gsm8k': 0.61}}") + "\n")
     path.write_text(out.getvalue())
     return path
 
@@ -134,6 +134,16 @@ def test_v0_1_console_imports_with_p_g_lrs_times_and_step_0_counted(tmp_path):
     notes = " ".join(block["notes"])
     assert "counts steps from 0" in notes and "sum of the logged timing phases" in notes
     assert "one response per prompt" in notes and "Initial validation metrics" in notes
+
+
+@pytest.mark.parametrize("prefix", ["", "(main_task pid=23814, ip=10.0.3.7) "])
+def test_bare_lines_and_ray_prefixes_with_an_ip_read_alike(tmp_path, prefix):
+    log = write_v01_console(tmp_path / "verl.log", prefix=prefix)
+    assert log.read_text().count("(main_task pid=23814, ip=10.0.3.7)") == (0 if not prefix else
+                                                                           len(log.read_text().splitlines()) - 1)
+    import_log("verl", log, tmp_path / "run")
+    records, run = check_run_dir(tmp_path / "run", P, 1)
+    assert [r["step"] for r in records if r["kind"] == "step"] == [1, 2, 3, 4] and run["lr"] == LR
 
 
 def test_the_final_validation_print_is_the_eval_after_the_last_step(tmp_path):

@@ -46,7 +46,8 @@ def flag_name(name: str) -> str:
 
 def data_parallel_ranks(config: dict) -> int | None:
     """verl's data-parallel size from its config: nnodes x n_gpus_per_node for the FSDP actor without sequence
-    parallelism (verl balances the batch over the actor's ranks); None where it is not that simple (Megatron, Ulysses)."""
+    parallelism (verl balances the batch over the actor's ranks); None where it is not that simple (Megatron,
+    Ulysses)."""
     try:
         ranks = int(config["trainer.nnodes"]) * int(config["trainer.n_gpus_per_node"])
     except (KeyError, TypeError, ValueError):

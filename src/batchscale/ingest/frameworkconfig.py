@@ -111,7 +111,8 @@ def read_config_file(config_path: Path) -> dict:
 
 def unwrap_wandb_config(data: dict) -> dict:
     """A W&B run's `files/config.yaml` holds each top-level key of the logged config as `{value: ...}` (older
-    clients: `{desc: null, value: ...}`), beside `_wandb` and `wandb_version`; other mappings are returned as they are."""
+    clients: `{desc: null, value: ...}`), beside `_wandb` and `wandb_version`; other mappings are returned as they
+    are."""
     if "_wandb" not in data:
         return data
     return {key: item["value"] for key, item in data.items()
