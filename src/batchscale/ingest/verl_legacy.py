@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from batchscale.ingest.common import ParsedLog, eval_name, mapped_keys
+from batchscale.ingest.common import ParsedLog, mapped_keys
 
 LEGACY_TIMING = re.compile(r"^timing(?:\(s\))?/(?P<phase>[^/]+)$")  # timing/gen, timing(s)/gen
 SCALED_LR = re.compile(r"^(?P<role>[\w-]+)/lr\(1e(?P<exponent>-?\d+)\)$")  # actor/lr(1e-4): lr x 1e4
@@ -80,8 +80,3 @@ def normalize_legacy_verl(parsed: ParsedLog) -> None:
         parsed.notes.append("the log counts steps from 0 (verl before 2025-01-17): training step k is imported as "
                             "step k + 1 (updates made), validation logged on its own keeps its step")
 
-
-def has_eval_before_training(parsed: ParsedLog) -> bool:
-    """True when some row at step 0 holds eval keys (verl logs its validation before training at step 0)."""
-    return any(row.step == 0 and any(eval_name("verl", rename_legacy_key(k, v)[0]) for k, v in row.metrics.items())
-               for row in parsed.rows)
