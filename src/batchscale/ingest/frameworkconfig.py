@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.ingest.inputs import read_input_text
 
 # run descriptor field -> framework -> config keys, first present wins.
 CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -45,6 +46,9 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
 HYDRA_LEVELS_UP = 3
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_CONFIG_KEYS = 100_000
+MAX_YAML_ALIASES = 100
 NUMERIC_FIELDS = {"prompts_per_step": int, "samples_per_prompt": int, "seed": int, "lr": float,
                   "mini_batch_prompts": int, "epochs": int}
 
@@ -79,34 +83,73 @@ def names_run(config_path: Path, project: str, experiment: str) -> bool:
 
 
 def flatten_mapping(mapping: dict, prefix: str = "") -> dict:
-    """Nested dict -> {dotted.key: value}."""
-    flat = {}
-    for key, value in mapping.items():
-        dotted = f"{prefix}{key}"
+    """Nested dict -> {dotted.key: value}; more than MAX_CONFIG_KEYS keys (a config this large is no framework's,
+    and YAML aliases can make a tiny file expand without bound) is a ValueError."""
+    flat: dict = {}
+    stack = [(prefix, iter(mapping.items()))]  # depth first, in the mapping's order, without recursion
+    while stack:
+        base, items = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, value = entry
         if isinstance(value, dict):
-            flat.update(flatten_mapping(value, dotted + "."))
+            stack.append((f"{base}{key}.", iter(value.items())))
         else:
-            flat[dotted] = value
+            flat[f"{base}{key}"] = value
+        if len(flat) + len(stack) > MAX_CONFIG_KEYS:
+            raise ValueError(f"more than {MAX_CONFIG_KEYS} config keys")
     return flat
 
 
 def read_config_file(config_path: Path) -> dict:
-    """Flattened contents of a YAML or JSON config file; UserError when it cannot be read."""
-    text = config_path.read_text()
+    """Flattened contents of a YAML or JSON config file; UserError when it cannot be read. YAML is parsed with at
+    most MAX_YAML_ALIASES aliases (Hydra and W&B write none), so an alias bomb is refused, not expanded."""
+    text = read_input_text(config_path, max_bytes=MAX_CONFIG_BYTES)
     try:
         if config_path.suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml  # PyYAML: only needed for YAML configs
-
-            data = yaml.safe_load(text)
+            data = load_yaml_bounded(text)
     except ImportError:
         raise UserError(str(config_path), "reading YAML needs PyYAML", "pip install pyyaml, or pass JSON") from None
+    except TooManyAliases:
+        raise UserError(str(config_path), f"uses more than {MAX_YAML_ALIASES} YAML aliases (an alias bomb?)",
+                        "pass the config the framework wrote (Hydra's config.yaml has no aliases)") from None
     except Exception as e:  # yaml.YAMLError or json.JSONDecodeError
         raise UserError(str(config_path), f"not valid YAML/JSON ({e})", "pass the framework's config file") from None
     if not isinstance(data, dict):
         raise UserError(str(config_path), "the config must be a mapping", "pass the framework's config file")
-    return flatten_mapping(unwrap_wandb_config(data))
+    try:
+        return flatten_mapping(unwrap_wandb_config(data))
+    except ValueError as e:
+        raise UserError(str(config_path), f"expands to {e}", "pass the config the framework wrote") from None
+
+
+class TooManyAliases(Exception):
+    pass
+
+
+def load_yaml_bounded(text: str):
+    """yaml.safe_load, refusing more than MAX_YAML_ALIASES alias nodes (TooManyAliases)."""
+    import yaml  # PyYAML: only needed for YAML configs
+
+    class BoundedLoader(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_YAML_ALIASES:
+                    raise TooManyAliases
+            return super().compose_node(parent, index)
+
+    loader = BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def unwrap_wandb_config(data: dict) -> dict:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.ingest.inputs import read_input_bytes
 
 MAX_FILE_BYTES = 32 * 2**20  # a training_args.bin is a few kB
 MAX_OPCODES = 200_000
@@ -57,11 +58,7 @@ def allowed(callable_) -> bool:
 
 def read_pickle_bytes(path: Path) -> bytes:
     """The pickle inside `path`: the one `*/data.pkl` of a torch zip, else the file itself."""
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise UserError(str(path), f"{size} bytes is too large for a training arguments file (at most "
-                        f"{MAX_FILE_BYTES})", "pass the checkpoint's own training_args.bin")
-    data = path.read_bytes()
+    data = read_input_bytes(path, MAX_FILE_BYTES)
     if not zipfile.is_zipfile(io.BytesIO(data)):
         return data
     with zipfile.ZipFile(io.BytesIO(data)) as archive:

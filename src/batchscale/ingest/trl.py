@@ -37,6 +37,7 @@ from pathlib import Path
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
 from batchscale.ingest.frameworkconfig import flatten_mapping
+from batchscale.ingest.inputs import read_input_text
 from batchscale.ingest.pickle_tree import plain, read_pickle_tree
 from batchscale.rundir.run import GNS_STEP_KEYS
 
@@ -59,7 +60,7 @@ def read_trl_state(path: Path) -> ParsedLog:
         path = path / "trainer_state.json"
         if not path.is_file():
             raise UserError(str(path), "not found", FIX)
-    text = path.read_text(errors="replace")
+    text = read_input_text(path)
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
     try:
@@ -127,7 +128,7 @@ def read_batch_hints(state: dict, parsed: ParsedLog) -> None:
 
 def read_training_args(args_path: Path, parsed: ParsedLog) -> None:
     """The run's GRPOConfig from `training_args.bin` beside the state, as the config (module docstring)."""
-    if not args_path.is_file():
+    if not args_path.is_file():  # a pipe or device of that name is not the Trainer's file
         return
     tree = read_pickle_tree(args_path)
     args = plain(tree)

@@ -22,6 +22,7 @@ from pathlib import Path
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
 from batchscale.ingest.frameworkconfig import read_config_file
+from batchscale.ingest.inputs import input_kind, read_input_text
 from batchscale.ingest.verl_console import is_verl_console, read_verl_console
 
 STEP_KEY_FIX = ("each line must be {\"step\": N, \"data\": {...}} (verl's file logger) or {\"step\": N, ...} "
@@ -35,10 +36,10 @@ def read_verl(path: Path) -> ParsedLog:
     """Detect the shape of a verl log (see module docstring) and read it."""
     wandb_files = wandb_run_files(path)
     path = wandb_files / WANDB_CONSOLE if wandb_files else pick_log_file(path)
-    text = path.read_text(errors="replace")
+    text = read_input_text(path)
     if not text.strip():
         raise UserError(str(path), "the file is empty", SHAPE_FIX)
-    first = next(line for line in text.splitlines() if line.strip()).strip()
+    first = next(line for line in text.split("\n") if line.strip()).strip()
     if first.startswith("{") and is_json_object(first):
         return read_verl_jsonl(path, text)
     if is_verl_console(text):
@@ -75,7 +76,7 @@ def read_wandb_run_config(files: Path, parsed: ParsedLog) -> None:
 
 def pick_log_file(path: Path) -> Path:
     """The log itself, or the one .jsonl / .log file in a directory."""
-    if path.is_file():
+    if input_kind(path) != "directory":  # a file, or a pipe read as a stream
         return path
     candidates = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".log", ".txt"))
     if len(candidates) != 1:
@@ -93,7 +94,7 @@ def is_json_object(line: str) -> bool:
 
 def read_verl_jsonl(path: Path, text: str) -> ParsedLog:
     """Parse a verl JSONL, file-logger (`data` wrapper) or flat, into rows (see module docstring)."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # "\n" only: U+2028 and other separators inside JSON strings are not line ends
     last_index = max(i for i, line in enumerate(lines) if line.strip())
     parsed = ParsedLog(rows=[], style="verl")
     shapes = set()

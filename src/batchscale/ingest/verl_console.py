@@ -75,8 +75,12 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
         if not parsed.config and stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
             literal = read_literal(lines, index)
             if literal is not None and isinstance(literal[0], dict):
-                parsed.config = flatten_mapping(literal[0])
-                parsed.config_path = f"{path} (config printed at start-up, line {number})"
+                try:
+                    parsed.config = flatten_mapping(literal[0])
+                except ValueError as e:  # far larger than any config
+                    parsed.problems.append(f"the dict printed at line {number} was ignored ({e})")
+                else:
+                    parsed.config_path = f"{path} (config printed at start-up, line {number})"
                 index = literal[1]
                 continue
         match = STEP_LINE.match(stripped)
@@ -99,6 +103,7 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
                 continue
             metrics[key] = value
         parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
+    drop_torn_last_line(parsed, text)
     if not parsed.rows:
         raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
     add_printed_validation(parsed, printed_validation)
@@ -149,3 +154,14 @@ def add_printed_validation(parsed: ParsedLog, printed: dict) -> None:
 
 def is_eval_key(key: str) -> bool:
     return key.startswith(("val", BARE_TEST_SCORE))
+
+
+def drop_torn_last_line(parsed: ParsedLog, text: str) -> None:
+    """A log that does not end in a newline was cut mid-line (the run was killed, or the copy is partial): a step
+    line there may hold cut values (`timing_s/step:1` of 12.5), so it is dropped, with a warning."""
+    if text.endswith("\n"):
+        return
+    last = f"line {text.count(chr(10)) + 1}"
+    if parsed.rows and parsed.rows[-1].where == last:
+        parsed.rows.pop()
+        parsed.problems.append(f"{last} (the last) is cut mid-line (no newline at the end of the log) and was skipped")
