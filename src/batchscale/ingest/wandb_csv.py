@@ -38,7 +38,14 @@ CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?
 
 def read_wandb_csv(path: Path) -> ParsedLog | list[ParsedLog]:
     """Parse a W&B CSV (history or chart export, detected from the header) into rows and detect the key style."""
-    text = read_input_text(path)  # a UTF-8 byte-order mark is dropped
+    try:
+        return read_csv_text(path, read_input_text(path))  # a UTF-8 byte-order mark is dropped
+    except csv.Error as e:  # a stray carriage return, a NUL: not a CSV W&B wrote
+        raise UserError(str(path), f"not a readable CSV ({e})", FIX + "; is FORMAT right?") from None
+
+
+def read_csv_text(path: Path, text: str) -> ParsedLog | list[ParsedLog]:
+    """read_wandb_csv on the file's text."""
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
     header = next(csv.reader([text.split("\n")[0].rstrip("\r")]))
