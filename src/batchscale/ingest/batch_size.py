@@ -192,7 +192,8 @@ def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
     named = " and ".join(flags) if flags else " and ".join(sorted({source_of(parsed, origin, n) for n in BATCH_FIELDS}))
     message = f"P x G = {product} but the log holds {logged:.1f} sequences per step ({how})"
     fix = ("pass the P and G the run used (or drop the flags and let the config decide)" if flags else
-           "the config is not this run's: pass --config with the run's own config")
+           "the config is not this run's: pass --config with the run's own config (one found beside the log may "
+           "belong to another run)")
     if flags and sources:
         message += f"; P and G from flags and {', '.join(sources)}"
     raise UserError(named, message, fix)
