@@ -9,8 +9,8 @@ What a `torch.save` of a Hugging Face `TrainingArguments` / TRL `GRPOConfig` hol
 dataclasses (`AcceleratorConfig`, accelerate's `PartialState`) the same way, and `torch.device('cpu')` as a REDUCE.
 
 In the tree, an object is an `Instance(cls, args, state)` and a global only a `Global(module, name)` name. A call
-(`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) of anything outside ALLOWED_MODULES (configuration classes and enums of
-transformers, TRL, accelerate, peft; `torch.device`; `collections.OrderedDict`) is refused with an error naming it,
+(`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) of anything outside ALLOWED_MODULES and ALLOWED_GLOBALS (configuration classes and enums
+of transformers, TRL, accelerate, peft; `torch.device`, `OrderedDict`, `set`, paths, `timedelta`) is refused with an error naming it,
 so a crafted file (`__reduce__` returning `os.system`) is rejected, and even then nothing would have run. Opcodes
 outside the table (extension registry, `PERSID`: tensors) are refused too. Sizes are capped.
 """
@@ -30,7 +30,8 @@ MAX_FILE_BYTES = 32 * 2**20  # a training_args.bin is a few kB
 MAX_OPCODES = 200_000
 ALLOWED_MODULES = ("transformers.", "trl.", "accelerate.", "peft.")
 ALLOWED_GLOBALS = frozenset({("torch", "device"), ("collections", "OrderedDict"), ("builtins", "set"),
-                             ("builtins", "frozenset")})
+                             ("builtins", "frozenset"), ("datetime", "timedelta"),  # value types, never code
+                             ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath")})
 MAX_DEPTH = 64
 MARK = object()
 
