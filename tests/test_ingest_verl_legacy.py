@@ -103,6 +103,8 @@ def write_v01_console(path: Path, steps: int = 4, n: int | None = None, logged_i
         out.write((f"\x1b[36m{line}\x1b[0m" if ansi else line) + "\n")
     out.write(f"{prefix}validation generation end\n")
     out.write(prefix + pprint.pformat(f"Final validation metrics: {{'test_score/openai/gsm8k': 0.61}}") + "\n")
+    if logged_initial:  # 2856be4 logs the final validation too, at global_steps (the updates made)
+        out.write(prefix + concat_dict_to_str({"test_score/openai/gsm8k": 0.61}, steps) + "\n")
     path.write_text(out.getvalue())
     return path
 
@@ -164,7 +166,9 @@ def test_january_2025_console_with_n_and_a_logged_step_0_validation(tmp_path):
     records, run = check_run_dir(tmp_path / "run", P, 1)
     assert [(r["kind"], r["step"]) for r in records][:3] == [("eval", 0), ("step", 1), ("step", 2)]
     assert records[0]["eval/accuracy"] == pytest.approx((0.235 + 0.1) / 2)
-    assert run["import"]["problems"] == []  # no "logged more than once" from the shared step number
+    assert run["import"]["problems"] == []  # no "logged more than once" from the shared step numbers
+    assert [(r["step"], r["eval/accuracy"]) for r in records if r["kind"] == "eval"][-1] == (4, pytest.approx(0.45))
+    assert any("repeats the one of step 4" in n for n in run["import"]["notes"])
     assert not any("one response per prompt" in n for n in run["import"]["notes"])
 
 

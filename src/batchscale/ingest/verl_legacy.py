@@ -71,6 +71,7 @@ def normalize_legacy_verl(parsed: ParsedLog) -> None:
         row.metrics = renamed
         if zero_based and not bare:
             row.step += 1
+    drop_repeated_final_validation(parsed)
     parsed.notes.append("verl before 2025-01-17 names (timing/<phase>, <role>/lr(1e-4), test_score/<source>) read as "
                         "timing_s/<phase>, <role>/lr (scaled), val/test_score/<source>")
     if summed_steps:
@@ -80,3 +81,16 @@ def normalize_legacy_verl(parsed: ParsedLog) -> None:
         parsed.notes.append("the log counts steps from 0 (verl before 2025-01-17): training step k is imported as "
                             "step k + 1 (updates made), validation logged on its own keeps its step")
 
+
+
+def drop_repeated_final_validation(parsed: ParsedLog) -> None:
+    """From 2856be4 the validation after training is logged on its own at `global_steps` (the updates made); when the
+    last training step validated too, that is the same model twice: the repeat is dropped, noted."""
+    validated = {row.step for row in parsed.rows if any(k.startswith("val/") for k in row.metrics)
+                 and any(k in mapped_keys("verl") for k in row.metrics)}
+    repeats = [row for row in parsed.rows if row.step in validated and row.metrics
+               and all(k.startswith("val/" + BARE_TEST_SCORE) for k in row.metrics)]
+    for row in repeats:
+        parsed.rows.remove(row)
+        parsed.notes.append(f"the validation logged after training ({row.where}) repeats the one of step {row.step} "
+                            "(the same model): skipped")
