@@ -2,8 +2,9 @@
 several runs). Tracking URI: MLFLOW_TRACKING_URI, else a file store `file:<home>/mlruns` beside the run (in its
 sweep's directory for a sweep: one store, one experiment per sweep). Experiment: MLFLOW_EXPERIMENT_NAME, else the
 sweep's name; run name <label>__s<seed>; tags `batchscale.label` (the group) and `batchscale.sweep`; the resolved
-config as params under its dotted keys. Each eval's samples are appended to the table `eval_examples.json`
-(`MlflowClient.log_table`, read back with `load_table`).
+config as params under its dotted keys. Each eval's samples join the table `eval_examples.json`, written whole in
+`log_table`'s format (`{"columns", "data"}`, tagged as a table: `load_table` and the UI read it). log_table itself
+is not used: it appends through pandas, which turns an answer like "117" into the number 117.
 
 Resume: the interrupted run's MLflow run (trackers.json) is deleted (MLflow's soft delete: `mlflow gc` purges it)
 and the kept records replayed into a new one.
@@ -11,15 +12,17 @@ and the kept records replayed into a new one.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 from batchscale.rundir.samples import SampleRow
 from batchscale.telemetry.trackers.base import (SAMPLE_COLUMNS, Tracker, TrackedRun, flatten_config, param_text,
-                                                scalars)
+                                                sample_table, scalars)
 
 STORE_DIR = "mlruns"
 TABLE_FILE = "eval_examples.json"
+LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"  # where log_table lists a run's tables
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 MAX_PARAM_LENGTH = 6000
 
@@ -52,15 +55,17 @@ class MlflowTracker(Tracker):
         from mlflow.tracking import MlflowClient
 
         self._uri = tracking_uri(run)
-        self._client = MlflowClient(tracking_uri=self._uri)
+        self._client = MlflowClient(tracking_uri=self._uri, registry_uri=self._uri)
         if resume and previous.get("run_id"):
             try:
-                MlflowClient(tracking_uri=previous.get("tracking_uri", self._uri)).delete_run(previous["run_id"])
+                uri = previous.get("tracking_uri", self._uri)
+                MlflowClient(tracking_uri=uri, registry_uri=uri).delete_run(previous["run_id"])
             except Exception:  # noqa: BLE001 - already gone, or another store: the new run is all that matters
                 pass
         experiment = experiment_id(self._client, os.environ.get("MLFLOW_EXPERIMENT_NAME") or run.project)
         tags = {"batchscale.label": run.group, **({"batchscale.sweep": run.sweep} if run.sweep else {})}
         self._run_id = self._client.create_run(experiment, run_name=run.name, tags=tags).info.run_id
+        self._table: list[list] = []
         params = [Param(key, param_text(value)[:MAX_PARAM_LENGTH]) for key, value in flatten_config(run.config).items()]
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
             self._client.log_batch(self._run_id, params=params[start:start + MAX_PARAMS_PER_BATCH])
@@ -73,8 +78,10 @@ class MlflowTracker(Tracker):
         self._client.log_batch(self._run_id, metrics=metrics)
 
     def log_samples(self, step: int, rows: list[SampleRow]) -> None:
-        columns = {column: [getattr(row, column) for row in rows] for column in SAMPLE_COLUMNS}
-        self._client.log_table(self._run_id, data=columns, artifact_file=TABLE_FILE)  # appends to the table
+        if not self._table:
+            self._client.set_tag(self._run_id, LOGGED_ARTIFACTS_TAG, json.dumps([{"path": TABLE_FILE, "type": "table"}]))
+        self._table += sample_table(rows)
+        self._client.log_dict(self._run_id, {"columns": list(SAMPLE_COLUMNS), "data": self._table}, TABLE_FILE)
 
     def close(self) -> None:
         self._client.set_terminated(self._run_id)
