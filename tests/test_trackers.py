@@ -124,6 +124,7 @@ class RaisingTracker(Tracker):
             raise ConnectionError("tracker down")
 
 
+@pytest.mark.slow
 def test_a_tracker_that_raises_mid_run_never_stops_training(random_model_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(TRACKER_CLASSES, "tensorboard", (__name__, "RaisingTracker"))
     monkeypatch.setitem(TRACKER_LIBRARIES, "tensorboard", ("json", "tensorboard"))  # "installed": a stdlib module
@@ -137,6 +138,7 @@ def test_a_tracker_that_raises_mid_run_never_stops_training(random_model_dir, tm
     assert any("tensorboard tracker failed" in note for note in summary["warnings"])
 
 
+@pytest.mark.slow
 def test_an_eval_writes_its_first_log_samples_examples(random_model_dir, tmp_path):
     train(small_config(random_model_dir, "run.log_samples=3", "run.save_policy=false"), tmp_path / "run",
           log=lambda line: None)
@@ -147,6 +149,7 @@ def test_an_eval_writes_its_first_log_samples_examples(random_model_dir, tmp_pat
     assert all(set(r) == {"step", "samples", "prompt", "response", "answer", "reward"} for r in rows)
 
 
+@pytest.mark.slow
 def test_log_samples_zero_writes_no_samples_file(random_model_dir, tmp_path):
     train(small_config(random_model_dir, "run.log_samples=0", "run.save_policy=false"), tmp_path / "run",
           log=lambda line: None)

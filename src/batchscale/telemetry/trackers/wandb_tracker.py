@@ -18,6 +18,7 @@ from batchscale.telemetry.trackers.base import SAMPLE_COLUMNS, SAMPLES_KEY, Trac
 
 WANDB_DIR = "wandb"
 OFFLINE_MODES = ("offline", "dryrun")
+MAX_TAG_LENGTH = 64  # W&B refuses longer tags
 
 
 class WandbTracker(Tracker):
@@ -34,7 +35,7 @@ class WandbTracker(Tracker):
         self._wandb = wandb
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or run.project, group=run.group, name=run.name,
-            tags=[run.sweep] if run.sweep else None, config=run.config, dir=str(run.run_dir),
+            tags=[run.sweep[:MAX_TAG_LENGTH]] if run.sweep else None, config=run.config, dir=str(run.run_dir),
             mode=None if user_mode else "offline",  # None: wandb reads WANDB_MODE itself
             reinit="create_new",  # a sweep's worker trains runs one after another in one process
             settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
