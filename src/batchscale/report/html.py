@@ -36,7 +36,8 @@ figure { margin: 0; }
 figure img { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }
 .muted { color: #666; font-size: 0.9em; }
-table.samples td.said { text-align: left; white-space: pre-wrap; font-family: ui-monospace, monospace; }
+table.samples th, table.samples td.said { text-align: left; }
+table.samples td.said { white-space: pre-wrap; font-family: ui-monospace, monospace; }
 """
 
 
