@@ -25,6 +25,10 @@ Health (train.health): a non-finite reward stops the run at its step before the 
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
 
+Every record is also mirrored to the run's experiment trackers (`run.trackers`, telemetry.trackers), and each eval
+writes its first `run.log_samples` (prompt, response, reward) examples to samples.jsonl (rundir.samples) and to the
+trackers that hold tables; a tracker that fails is warned about once and training goes on.
+
 Long runs: at the step boundaries `run.checkpoint_every_samples` names (by default once per 10 minutes of training),
 after that step's eval, the loop writes a checkpoint (train.checkpointing, rundir.checkpoint); `train(...,
 resume=True)` continues an unfinished run from its newest complete one (train.resume). A finished run writes its
