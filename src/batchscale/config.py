@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.errors import UserError
 from batchscale.files import read_text_utf8
+from batchscale.telemetry.trackers import check_trackers_installed
 
 LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 
@@ -138,7 +139,10 @@ class RunConfig(Section):
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
     threads: int | None = Field(None, ge=1)  # torch intra-op threads; None keeps torch's default
-    tensorboard: bool = False
+    tensorboard: bool = False  # the same as "tensorboard" in `trackers`
+    # experiment trackers mirroring every record (telemetry.trackers), each an optional extra
+    trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = []
+    log_samples: int = Field(4, ge=0)  # (prompt, response, reward) examples each eval writes to samples.jsonl; 0: off
     # where policy, reference, critic, KV cache and update live: "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     device: str = "auto"
     # Checkpoints (train.checkpointing), for `train --resume`: every this many samples, rounded up to whole steps;
@@ -360,9 +364,16 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
             raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
                             "set task.operations to e.g. '+' or '+-'")
     check_rollout_mode(cfg.rollout, samples_per_step)
+    check_trackers_installed(tracker_names(cfg.run))
     if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
         raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
                         "choose a label of letters, digits, '-' and '_'")
+
+
+def tracker_names(run: RunConfig) -> list[str]:
+    """The trackers a run mirrors to, each once: `run.trackers`, with "tensorboard" added by `run.tensorboard`."""
+    names = [*run.trackers, *(["tensorboard"] if run.tensorboard else [])]
+    return list(dict.fromkeys(names))
 
 
 def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:

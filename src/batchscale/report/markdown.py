@@ -12,6 +12,7 @@ from pathlib import Path
 from batchscale.analysis.prediction import closing_note
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
+from batchscale.report.samples import samples_markdown
 from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
 
 
@@ -67,7 +68,8 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         link = figure_link(figure, out_dir)
         lines += [f"### {figure.title}", "", f"![{figure.title}]({link})", "", figure.caption, ""]
     note = closing_note(inputs.analysis, plan)
-    lines += [*learning_detail(inputs), *(["", "## Closing note", "", note] if note else []),
+    lines += [*samples_markdown(inputs.samples), *learning_detail(inputs),
+              *(["", "## Closing note", "", note] if note else []),
               "", "## How this was measured", "",
               *(f"- {note}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)
