@@ -47,7 +47,7 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    name: Literal["arithmetic", "data"] = "arithmetic"
+    name: Literal["arithmetic", "data", "reasoning_gym"] = "arithmetic"
     # arithmetic: operands drawn uniformly with `digits` digits, one of `operations` each
     digits: int = Field(2, ge=1, le=9)
     operations: str = "+"
@@ -59,6 +59,12 @@ class TaskConfig(Section):
     reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
     reward_timeout_s: float = Field(10.0, gt=0)  # a user reward ("module:function") must score a batch within this
     eval_size: int = Field(256, ge=1)
+    # reasoning_gym: a reasoning-gym dataset and its config fields (tasks/reasoning_gym_task.py); needs the extra
+    dataset: str | None = None
+    params: dict[str, Union[bool, int, float, str, list[Union[bool, int, float, str]]]] = {}
+
+    def __hash__(self) -> int:  # a dict field: hash the values, so a Config stays hashable
+        return hash(self.model_dump_json())
 
 
 class BatchConfig(Section):
