@@ -216,6 +216,7 @@ def sweep(
 # Commands that read run directories, tables and presets: they import no torch.
 from batchscale.systems.cli import roofline as _roofline; app.command("roofline")(_roofline)  # noqa: E402, E702
 from batchscale.plan.cli import plan as _plan; app.command("plan")(_plan)  # noqa: E402, E702
+from batchscale.plan.predict_cli import predict as _predict; app.command("predict")(_predict)  # noqa: E402, E702
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
 from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702
