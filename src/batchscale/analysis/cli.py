@@ -37,10 +37,21 @@ def analyze(
         str, typer.Option("--score", help="Curve: eval (the eval score) or train-reward (reward/mean of the steps, "
                                           "for runs without evals).")
     ] = "eval",
+    csv_path: Annotated[
+        Optional[Path], typer.Option("--csv", help="Also write the table here: one row per label, units in the "
+                                                   "column names (n_star_samples, t_target_realized_s).")
+    ] = None,
+    parquet_path: Annotated[
+        Optional[Path], typer.Option("--parquet", help="The same table as Parquet (needs pyarrow).")
+    ] = None,
 ) -> None:
     """Compare runs at equal cumulative samples: N* per label with t-intervals on log N*, rN, alignment, B_simple."""
     from batchscale.analysis.analyze import analyze as run_analysis
     from batchscale.files import removing_new_entries
+    from batchscale.rundir.tables import analysis_table, check_table_format, write_tables
+
+    check_table_format(csv_path, "--csv")
+    check_table_format(parquet_path, "--parquet")
 
     with warnings.catch_warnings(record=True) as caught, removing_new_entries(out if out is not None else path):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
@@ -48,6 +59,7 @@ def analyze(
                               allow_mixed=allow_mixed, score=score)
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
+    write_tables(analysis_table(result), csv_path, parquet_path)
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

@@ -59,12 +59,26 @@ def plan(
     ] = None,
     training_profile: Annotated[Optional[Path], typer.Option("--training-profile", hidden=True)] = None,  # --predict's
     batches: Annotated[Optional[str], typer.Option("--batches", hidden=True)] = None,  # --predict's
+    csv_path: Annotated[
+        Optional[Path], typer.Option("--csv", help="Also write the table here: one row per label, units in the "
+                                                   "column names (n_star_samples, t_target_s).")
+    ] = None,
+    parquet_path: Annotated[
+        Optional[Path], typer.Option("--parquet", help="The same table as Parquet (needs pyarrow).")
+    ] = None,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref).
     To predict from one run before any sweep: `batchscale predict RUN_DIR` (--predict RUN_DIR is its alias)."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
 
+    from batchscale.rundir.tables import check_table_format, plan_table, write_tables
+
+    if predict is not None and (csv_path is not None or parquet_path is not None):
+        raise UserError("--csv/--parquet", "write the plan's table; a prediction prints its own document",
+                        "drop them, or save `batchscale predict RUN_DIR --json`")
+    check_table_format(csv_path, "--csv")
+    check_table_format(parquet_path, "--parquet")
     if predict is not None:
         from batchscale.plan.predict_cli import ALIAS_NOTE, show_prediction
 
@@ -91,6 +105,7 @@ def plan(
 
         check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused, or warned about
     document = plan_document(decision, explanation, regime, source).to_json()
+    write_tables(plan_table(document), csv_path, parquet_path)
     if json_out:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
