@@ -112,7 +112,8 @@ def bare_overrides(items: list[str] | None) -> list[str]:
 @app.command()
 def train(
     config: Annotated[Optional[Path], typer.Argument(help="TOML run config (defaults if omitted)")] = None,
-    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP, metavar="KEY=VALUE...", show_default=False)] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP, metavar="KEY=VALUE...",
+                                                             show_default=False)] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key: --set batch.prompts_per_step=64")] = [],
     out: Annotated[Optional[Path], typer.Option(help="run directory (default: the config's run.out_dir)")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing run directory")] = False,
@@ -170,8 +171,8 @@ def demo(
 @app.command()
 def sweep(
     sweep_file: Annotated[Path, typer.Argument(help="sweep TOML: base config, [set], [grid], [[points]], seeds")],
-    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point", metavar="KEY=VALUE...",
-                                                             show_default=False)] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point",
+                                                             metavar="KEY=VALUE...", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,

@@ -57,9 +57,9 @@ def analyze(
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
                               allow_mixed=allow_mixed, score=score)
+        write_tables(analysis_table(result), csv_path, parquet_path)  # inside: a failed write removes the analysis too
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
-    write_tables(analysis_table(result), csv_path, parquet_path)
     if json_out:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

@@ -71,7 +71,6 @@ def plan(
     To predict from one run before any sweep: `batchscale predict RUN_DIR` (--predict RUN_DIR is its alias)."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
-
     from batchscale.rundir.tables import check_table_format, plan_table, write_tables
 
     if predict is not None and (csv_path is not None or parquet_path is not None):
