@@ -113,7 +113,7 @@ def test_a_failed_write_leaves_the_previous_table_and_no_temporary(sweep, tmp_pa
     def full_disk(src, dst):
         raise OSError(28, "No space left on device", str(dst))
 
-    monkeypatch.setattr("batchscale.rundir.tables.os.replace", full_disk)
+    monkeypatch.setattr("os.replace", full_disk)
     assert main(["plan", str(sweep), "--csv", str(path)]) == 2
     assert "no space left" in capsys.readouterr().err
     assert path.read_text() == "the previous table\n" and [p.name for p in tmp_path.iterdir()] == ["plan.csv"]
@@ -122,3 +122,18 @@ def test_a_failed_write_leaves_the_previous_table_and_no_temporary(sweep, tmp_pa
 def test_prediction_refuses_table_flags(tmp_path, capsys):
     assert main(["plan", "--predict", str(tmp_path), "--csv", str(tmp_path / "t.csv")]) == 2
     assert "batchscale predict RUN_DIR --json" in capsys.readouterr().err
+
+
+def test_a_failed_table_write_removes_what_analyze_wrote(sweep, tmp_path, monkeypatch, capsys):
+    real_replace = __import__("os").replace
+
+    def full_disk_for_tables(src, dst):
+        if str(dst).endswith(".csv"):
+            raise OSError(28, "No space left on device", str(dst))
+        real_replace(src, dst)
+
+    monkeypatch.setattr("os.replace", full_disk_for_tables)
+    out = tmp_path / "out"
+    assert main(["analyze", str(sweep), "--out", str(out), "--csv", str(tmp_path / "a.csv")]) == 2
+    assert "no space left" in capsys.readouterr().err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
