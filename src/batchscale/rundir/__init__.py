@@ -10,6 +10,7 @@
     analysis.json, plan.json, profiles/generation.json,        documents.py: AnalysisDocument, PlanDocument,
     profiles/training.json, plan --predict --json              GenerationProfile, TrainingProfile, PredictionDocument
 
+    analyze/plan --csv, --parquet                              tables.py: one row per label, units in column names
     <sweep>/sweep.lock                                          lock.py: SweepLock, one sweep per directory at a time
     staging of runs and sweep points                           staging.py: run_destination, sweep_staging_dir
 
