@@ -81,6 +81,18 @@ def test_partial_credit_scores_count_in_the_reward_not_in_accuracy():
 
 
 @needs_gym
+def test_an_answer_that_is_not_arithmetic_never_reaches_an_evaluating_scorer(tmp_path):
+    task = gym_task("task.dataset=countdown", "task.params={min_numbers=3, max_numbers=3}", "task.eval_size=2")
+    ex = task.eval_examples()[0]
+    marker = tmp_path / "ran"
+    payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    scores = task.score([payload, f"<answer>{payload}</answer>", ""], [ex] * 3)
+    assert not marker.exists()  # sympy's parse_expr would have run it
+    assert scores[0] == scores[1] == scores[2]  # scored as no answer
+    assert task.score([ex.answer], [ex]) == [1.0]  # a plain expression still reaches the scorer
+
+
+@needs_gym
 @pytest.mark.parametrize("override, field, says", [
     ("task.dataset=chain_sun", "task.dataset", "did you mean 'chain_sum'"),
     ("task.params={min_term=2}", "task.params.min_term", "did you mean 'min_terms'"),

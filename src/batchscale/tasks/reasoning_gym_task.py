@@ -16,6 +16,9 @@ optional extra `reasoning-gym` (`pip install 'batchscale[reasoning-gym]'`); with
   `<answer>...</answer>` of the response (reasoning_gym.utils.extract_answer, reasoning-gym's convention), or the
   stripped response when it holds no such tags. Departure: reasoning-gym's own evaluation scores an untagged response
   as no answer; a small model asked for the answer alone rarely writes tags. `task.reward` does not apply.
+- Model output is untrusted: the scorers of EVALUATED_SCORERS run the answer through sympy's `parse_expr`, which
+  executes Python. There an answer with any character outside ARITHMETIC_CHARS (digits, + - * / ( ) . and spaces) is
+  scored as no answer (the empty string), as the scorer itself scores text it cannot parse, and never reaches it.
 - `eval/accuracy` is the share of eval answers that `score_answer` gives full marks (1.0); `eval/reward` the mean score.
 - The prompt is the dataset's question, or `task.template` with `{question}` filled in (a template must hold it).
 """
@@ -36,6 +39,8 @@ EXTRA = "reasoning-gym"  # the optional extra (pyproject.toml) that installs the
 POOL_SIZE = 100_000  # indices in the pool when task.params gives no size
 MAX_REDRAWS = 1000  # per training prompt: a pool that is nearly all eval questions is an error, not a hang
 SHOWN_CHARS = 80
+EVALUATED_SCORERS = frozenset({"countdown", "puzzle24"})  # score_answer calls sympy.parse_expr (eval) on the answer
+ARITHMETIC_CHARS = frozenset("0123456789+-*/(). ")
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,8 @@ class ReasoningGymTask(Task):
         for response, ex in zip(responses, examples, strict=True):
             tagged = extract_answer(response)
             answer = tagged if tagged is not None else response.strip()
+            if self.dataset_name in EVALUATED_SCORERS and not set(answer) <= ARITHMETIC_CHARS:
+                answer = ""  # never evaluated: module docstring
             try:
                 scores.append(float(self.pool.score_answer(answer, ex.entry)))
             except Exception as e:  # the library's scorer failing on an answer is its bug: say where, stop the run
