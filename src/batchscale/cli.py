@@ -103,9 +103,23 @@ def main(argv: list[str] | None = None) -> int:
     return result if isinstance(result, int) else 0
 
 
+OVERRIDES_HELP = "overrides as other frameworks write them: batch.prompts_per_step=64 optim.lr=1e-5 (as --set; after it)"
+
+
+def bare_overrides(items: list[str] | None) -> list[str]:
+    """KEY=VALUE arguments after the config file, checked as --set checks its items (the same messages after this)."""
+    from batchscale.config import parse_override
+
+    for item in items or []:
+        parse_override(item, field="KEY=VALUE")
+    return list(items or [])
+
+
 @app.command()
 def train(
     config: Annotated[Optional[Path], typer.Argument(help="TOML run config (defaults if omitted)")] = None,
+    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP, metavar="KEY=VALUE...",
+                                                             show_default=False)] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key: --set batch.prompts_per_step=64")] = [],
     out: Annotated[Optional[Path], typer.Option(help="run directory (default: the config's run.out_dir)")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing run directory")] = False,
@@ -117,6 +131,9 @@ def train(
     from batchscale.config import load_config
     from batchscale.train.progress import train_with_progress
 
+    if config is not None and "=" in config.name and not config.exists():  # no config file: overrides alone
+        config, overrides = None, [str(config), *(overrides or [])]
+    set_ = [*set_, *bare_overrides(overrides)]
     if resume is not None:
         from batchscale.train.resume import resume_config
 
@@ -164,6 +181,8 @@ def demo(
 @app.command()
 def sweep(
     sweep_file: Annotated[Path, typer.Argument(help="sweep TOML: base config, [set], [grid], [[points]], seeds")],
+    overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point",
+                                                             metavar="KEY=VALUE...", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,
@@ -187,7 +206,7 @@ def sweep(
 
     if not adaptive and (max_seeds is not None or time_budget is not None):
         raise UserError("--max-seeds/--time-budget", "apply to a racing sweep only", "add --adaptive")
-    points = load_sweep_spec(sweep_file, set_)
+    points = load_sweep_spec(sweep_file, [*set_, *bare_overrides(overrides)])
     race = None
     if adaptive:
         file_seeds = len({p.seed for p in points})
@@ -208,6 +227,7 @@ def sweep(
 # Commands that read run directories, tables and presets: they import no torch.
 from batchscale.systems.cli import roofline as _roofline; app.command("roofline")(_roofline)  # noqa: E402, E702
 from batchscale.plan.cli import plan as _plan; app.command("plan")(_plan)  # noqa: E402, E702
+from batchscale.plan.predict_cli import predict as _predict; app.command("predict")(_predict)  # noqa: E402, E702
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
 from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702

@@ -15,7 +15,6 @@ because the paper finds actor and critic respond differently to batch size.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import tomllib
@@ -28,8 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.config_ranges import (COUNT_MAX, MAX_NEW_TOKENS_MAX, SAMPLES_MAX, SEED_MAX, TEMPERATURE_MIN,
                                      THREADS_MAX, check_label_text, check_lr_exponents, check_template)
+from batchscale.config_messages import explain_validation_error
 from batchscale.errors import UserError
 from batchscale.files import read_text_utf8
+from batchscale.telemetry.trackers import check_trackers_installed
 
 LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 
@@ -49,7 +50,7 @@ class ModelConfig(Section):
 
 
 class TaskConfig(Section):
-    name: Literal["arithmetic", "data"] = "arithmetic"
+    name: Literal["arithmetic", "data", "reasoning_gym"] = "arithmetic"
     # arithmetic: operands drawn uniformly with `digits` digits, one of `operations` each
     digits: int = Field(2, ge=1, le=9)
     operations: str = "+"
@@ -61,6 +62,12 @@ class TaskConfig(Section):
     reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
     reward_timeout_s: float = Field(10.0, gt=0)  # a user reward ("module:function") must score a batch within this
     eval_size: int = Field(256, ge=1, le=COUNT_MAX)
+    # reasoning_gym: a reasoning-gym dataset and its config fields (tasks/reasoning_gym_task.py); needs the extra
+    dataset: str | None = None
+    params: dict[str, Union[bool, int, float, str, list[Union[bool, int, float, str]]]] = {}
+
+    def __hash__(self) -> int:  # a dict field: hash the values, so a Config stays hashable
+        return hash(self.model_dump_json())
 
 
 class BatchConfig(Section):
@@ -140,7 +147,10 @@ class RunConfig(Section):
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
     threads: int | None = Field(None, ge=1, le=THREADS_MAX)  # torch intra-op threads; None keeps torch's default
-    tensorboard: bool = False
+    tensorboard: bool = False  # the same as "tensorboard" in `trackers`
+    # experiment trackers mirroring every record (telemetry.trackers), each an optional extra
+    trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = []
+    log_samples: int = Field(4, ge=0)  # (prompt, response, reward) examples each eval writes to samples.jsonl; 0: off
     # where policy, reference, critic, KV cache and update live: "auto" (CUDA when available), "cpu", "cuda", "cuda:N"
     device: str = "auto"
     # Checkpoints (train.checkpointing), for `train --resume`: every this many samples, rounded up to whole steps;
@@ -362,6 +372,7 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
             raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
                             "set task.operations to e.g. '+' or '+-'")
     check_rollout_mode(cfg.rollout, samples_per_step)
+    check_trackers_installed(tracker_names(cfg.run))
     if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
         raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
                         "choose a label of letters, digits, '-' and '_'")
@@ -369,6 +380,12 @@ def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
     check_lr_exponents({"optim.lr_rule": cfg.optim.lr_rule, "critic.lr_rule": cfg.critic.lr_rule})
     if cfg.task.name == "arithmetic":
         check_template(cfg.task.template)
+
+
+def tracker_names(run: RunConfig) -> list[str]:
+    """The trackers a run mirrors to, each once: `run.trackers`, with "tensorboard" added by `run.tensorboard`."""
+    names = [*run.trackers, *(["tensorboard"] if run.tensorboard else [])]
+    return list(dict.fromkeys(names))
 
 
 def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:
@@ -383,12 +400,12 @@ def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:
                         f"update of P*G = {samples_per_step}", f"set rollout.generation_batch >= {samples_per_step}")
 
 
-def parse_override(item: str) -> tuple[list[str], Any]:
+def parse_override(item: str, field: str = "--set") -> tuple[list[str], Any]:
     """'a.b=value' -> (['a', 'b'], value), the value read as a TOML value when it is one ('64', '1e-4', 'true'),
-    else kept as a plain string ('sqrt')."""
+    else kept as a plain string ('sqrt'). `field`: how an error names where the item came from."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
-        raise UserError("--set", f"{item!r} is not of the form dotted.key=value", "write e.g. --set batch.prompts_per_step=64")
+        raise UserError(field, f"{item!r} is not of the form dotted.key=value", "write e.g. batch.prompts_per_step=64")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -408,64 +425,11 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _field_path(loc: tuple) -> tuple:
-    """The part of a pydantic error location that names config keys (drops union-member tags like 'literal[...]')."""
-    model: type[BaseModel] | None = Config
-    path = []
-    for part in loc:
-        if model is None or part not in model.model_fields:
-            if model is not None and len(path) == len(loc) - 1:
-                path.append(part)  # an unknown key: keep it so the message names it
-            break
-        path.append(part)
-        annotation = model.model_fields[part].annotation
-        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    return tuple(path)
-
-
-def _valid_keys(loc: tuple) -> list[str]:
-    model: type[BaseModel] = Config
-    for part in loc[:-1]:
-        annotation = model.model_fields[part].annotation
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
-
-
-def _explain(errors: list[dict]) -> UserError:
-    """Turn the first pydantic error (all of them, for a union field) into a one-line UserError with a fix."""
-    err = errors[0]
-    loc, kind, ctx = _field_path(tuple(err["loc"])), err["type"], err.get("ctx", {})
-    field = ".".join(str(p) for p in loc)
-    if kind == "extra_forbidden":
-        valid = _valid_keys(loc)
-        close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
-        hint = f"did you mean '{close[0]}'? " if close else ""
-        return UserError(field, "unknown key", f"{hint}valid keys here: {', '.join(valid)}")
-    value = err.get("input")
-    if kind == "finite_number":
-        return UserError(field, f"got {value!r}: must be a finite number", f"set {field} to a finite number")
-    if len(loc) < len(err["loc"]):  # a union: say every accepted form
-        forms = [e["msg"].removeprefix("Input should be ") for e in errors if _field_path(tuple(e["loc"])) == loc]
-        return UserError(field, f"got {value!r}: must be {' or '.join(forms)}", f"set {field} to one of those")
-    rule = err["msg"][0].lower() + err["msg"][1:]
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        fix = f"set {field} to a value that is {rule.removeprefix('input should be ')}"
-    elif kind == "literal_error":
-        fix = f"set {field} to one of {ctx.get('expected')}"
-    elif kind.endswith("_type") or kind.endswith("_parsing"):
-        fix = f"give {field} a value of the right type (got {type(value).__name__} {value!r})"
-    else:
-        fix = f"correct {field}"
-    return UserError(field, f"got {value!r}: {rule}", fix)
-
-
 def validate_config(data: dict, min_samples_per_prompt: int = 1) -> Config:
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
-        raise _explain(e.errors()) from None
+        raise explain_validation_error(e.errors(), Config) from None
     check_combinations(cfg, min_samples_per_prompt)
     return cfg
 

@@ -37,17 +37,29 @@ def analyze(
         str, typer.Option("--score", help="Curve: eval (the eval score) or train-reward (reward/mean of the steps, "
                                           "for runs without evals).")
     ] = "eval",
+    csv_path: Annotated[
+        Optional[Path], typer.Option("--csv", help="Also write the table here: one row per label, units in the "
+                                                   "column names (n_star_samples, t_target_realized_s).")
+    ] = None,
+    parquet_path: Annotated[
+        Optional[Path], typer.Option("--parquet", help="The same table as Parquet (needs pyarrow).")
+    ] = None,
 ) -> None:
     """Compare runs at equal cumulative samples: N* per label with t-intervals on log N*, rN, alignment, B_simple."""
     from batchscale.analysis.analyze import analysis_outputs
     from batchscale.analysis.analyze import analyze as run_analysis
     from batchscale.files import removing_created
+    from batchscale.rundir.tables import analysis_table, check_table_format, write_tables
+
+    check_table_format(csv_path, "--csv")
+    check_table_format(parquet_path, "--parquet")
 
     out_dir = out if out is not None else path
     with warnings.catch_warnings(record=True) as caught, removing_created(out_dir, analysis_outputs()):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
                               allow_mixed=allow_mixed, score=score)
+        write_tables(analysis_table(result), csv_path, parquet_path)  # inside: a failed write removes the analysis too
     for message in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, DataWarning)):
         typer.echo(f"warning: {message}", err=True)
     if json_out:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from batchscale.analysis.noise_fit import fit_noise_scale_interval
 from batchscale.markup import markdown_text
 from batchscale.rundir import LoadedRun
 from batchscale.telemetry.gradnoise import pool_noise_scales, predict_samples_penalty
@@ -28,43 +29,23 @@ def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str
             configs[label]["samples_per_update"], configs[reference]["samples_per_update"], b_noise.value)
     if b_noise is None:
         return None
-    fitted = fit_noise_scale(configs, reference)
+    fitted = fit_noise_scale_interval(configs, reference)
     sweep_s = sum(_compute_s(run) for runs in by_label.values() for run in runs)
     prediction_s = _compute_s(min(by_label[reference], key=lambda run: run.seed))
     return {"label": reference, "b_noise": b_noise.to_json(), "b_noise_steps": b_noise.steps,
-            "b_noise_unresolved_steps": b_noise.unresolved_steps, "b_noise_fitted": fitted,
+            "b_noise_unresolved_steps": b_noise.unresolved_steps, "b_noise_fitted": None if fitted is None else fitted.value,
+            "b_noise_fitted_low": None if fitted is None else fitted.low,
+            "b_noise_fitted_high": None if fitted is None else fitted.high,
             "prediction_compute_s": prediction_s, "sweep_compute_s": sweep_s,
             "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None}
 
 
-FIT_RANGE = (1.0, 1e8)  # samples: the B_noise values the fit searches, on a log scale
-
-
 def fit_noise_scale(configs: dict, reference: str) -> float | None:
-    """The B_noise whose rN(B) = (1 + b/B_noise) / (1 + b_ref/B_noise) fits the sweep's measured rN best (least
-    squares in log rN) over the labels of the reference's lr rule with a measured rN: the value the one-run
-    estimate is checked against (with one such label, the B_noise that gives its rN exactly). None without a
-    measured rN of another label of that rule, or when the best fit
-    lies at the search range's end (the measured rN do not grow with B, or grow faster than the formula can)."""
-    from scipy.optimize import minimize_scalar
-
-    rule = configs[reference].get("lr_rule")
-    points = [(c["samples_per_update"], c["r_n"]) for label, c in configs.items()
-              if label != reference and c.get("lr_rule") == rule and isinstance(c.get("r_n"), (int, float))
-              and c["r_n"] > 0]
-    if not points:
-        return None
-    b_ref = configs[reference]["samples_per_update"]
-
-    def loss(log_b: float) -> float:
-        return sum((math.log(r) - math.log(predict_samples_penalty(b, b_ref, math.exp(log_b)))) ** 2
-                   for b, r in points)
-
-    low, high = (math.log(v) for v in FIT_RANGE)
-    fit = minimize_scalar(loss, bounds=(low, high), method="bounded", options={"xatol": 1e-4})
-    if not fit.success or min(fit.x - low, high - fit.x) < 0.01:
-        return None
-    return float(math.exp(fit.x))
+    """The B_noise whose rN(B) curve fits the sweep's measured rN best (analysis.noise_fit): the value the one-run
+    estimate is checked against. None without a measured rN of another label of the reference's lr rule, or when
+    the best fit lies at the search range's end (the measured rN do not grow with B, or grow faster than it can)."""
+    fitted = fit_noise_scale_interval(configs, reference)
+    return None if fitted is None else fitted.value
 
 
 def compare_best(analysis: dict, plan: dict) -> dict:
@@ -125,12 +106,26 @@ def plot_predicted_penalty(ax, analysis: dict) -> None:
 
 
 def fitted_text(prediction: dict) -> str:
-    """The sweep-fitted B_noise beside the one-run estimate: the value and their ratio."""
-    fitted, value = prediction.get("b_noise_fitted"), prediction["b_noise"]["value"]
+    """The sweep-fitted B_noise beside the one-run estimate: the value, its interval, their ratio and whether the
+    two intervals overlap."""
+    fitted, estimate = prediction.get("b_noise_fitted"), prediction["b_noise"]
     if fitted is None:
         return "no fit (no other measured rN of the reference's lr rule, or rN not growing with B)"
-    ratio = f", the one-run estimate {value / fitted:.2f}x it" if value is not None else ""
-    return f"B_noise {fitted:,.0f} samples{ratio}"
+    low, high = prediction.get("b_noise_fitted_low"), prediction.get("b_noise_fitted_high")
+    interval = ("no interval (no label with 2 seeds at the target)" if low is None and high is None
+                else f"80% interval {_end(low, 'open')} to {_end(high, 'open')}")
+    text = f"B_noise {fitted:,.0f} samples ({interval})"
+    if estimate["value"] is not None:
+        text += f", the one-run estimate {estimate['value'] / fitted:.2f}x it"
+        if low is not None or high is not None:
+            apart = ((high is not None and estimate["low"] is not None and estimate["low"] > high)
+                     or (low is not None and estimate["high"] is not None and estimate["high"] < low))
+            text += "; the two intervals " + ("do not overlap" if apart else "overlap")
+    return text
+
+
+def _end(value: float | None, open_text: str) -> str:
+    return open_text if value is None else f"{value:,.0f}"
 
 
 def format_samples(b_noise: float | None) -> str:

@@ -2,14 +2,16 @@
 
     FORMAT        reader                                   shapes (detected)                     key styles
     verl          verl.read_verl                           file-logger JSONL, flat JSONL,        verl
-                  (verl_console.read_verl_console)         console text
+                  (verl_console.read_verl_console)         console text, W&B run folder
     openrlhf      importer.read_openrlhf                   console text, TensorBoard events      OpenRLHF
                   (openrlhf_console.read_openrlhf_console)
     tensorboard   tensorboard.read_tensorboard             TensorBoard events                    verl, OpenRLHF, TRL
-    trl           trl.read_trl_state                       trainer_state.json                    TRL
+    trl           trl.read_trl_state                       trainer_state.json (+ training_args)  TRL
     wandb-csv     wandb_csv.read_wandb_csv                 history export, chart export (runs)   verl, OpenRLHF, TRL
 
-`importer.import_log` runs the pipeline: read -> config (frameworkconfig) -> P, G and updates from the evidence
-(batch) -> records (records, with the key table of common) -> rundir.write_run. console.py holds what the console
-readers share. Reading a log never imports torch.
+`importer.import_log` runs the pipeline: read -> old verl names (verl_legacy) -> config (frameworkconfig; a launch
+command in a console: launch) -> P, G and updates from the evidence (batch_size) -> records (records, with the key
+table of common) -> rundir.write_run. console.py holds what the console readers share, inputs.py how any input file
+is read (kinds, caps), pickle_tree.py the opcode-only reading of TRL's training_args.bin. Reading a log never
+imports torch.
 """

@@ -7,7 +7,11 @@ than TOLERANCE is an error naming both numbers; a flag may override a hint (TRL'
 The logged batch size (verl, verl/trainer/ppo/metric_utils.py): `perf/total_num_tokens` is the sum over the step's
 sequences of their prompt + response tokens (`global_token_num`), and `prompt_length/mean`, `response_length/mean` are
 the means of the same two counts, so `total / (prompt mean + response mean)` is the number of sequences, P x G,
-exactly. The median over the logged steps is compared with P x G, and fills in P or G when only the other is known.
+exactly; without the total, `global_seqlen/mean` (the step's tokens per data-parallel rank, `_balance_batch`) times
+the ranks gives it when the config names them. This holds for every shape of a verl log (console, JSONL, TensorBoard,
+W&B). The median over the logged steps is compared with P x G (more than TOLERANCE off: an error naming both), and
+fills in P or G when only the other is known. A batch that varies between steps (dynamic sampling) gives the sample
+axis from the per-step counts instead, with a warning.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ BATCH_HINTS = {
            " G = num_generations",
 }
 TOKEN_KEYS = {"verl": ("perf/total_num_tokens", "prompt_length/mean", "response_length/mean")}
+SEQLEN_KEY = {"verl": "global_seqlen/mean"}  # total tokens / data-parallel ranks (verl's _balance_batch)
+TOTAL_FORMULA = "perf/total_num_tokens / (prompt_length/mean + response_length/mean)"
+SEQLEN_FORMULA = "global_seqlen/mean x {ranks} data-parallel ranks / (prompt_length/mean + response_length/mean)"
 
 
 def disagree(a: float, b: float) -> bool:
@@ -37,34 +44,69 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def logged_samples_per_step(parsed: ParsedLog) -> float | None:
-    """Median over steps of total tokens / (mean prompt + mean response tokens): P x G as the log measured it."""
+def data_parallel_ranks(config: dict) -> int | None:
+    """verl's data-parallel size from its config: nnodes x n_gpus_per_node for the FSDP actor without sequence
+    parallelism (verl balances the batch over the actor's ranks); None where it is not that simple (Megatron,
+    Ulysses)."""
+    try:
+        ranks = int(config["trainer.nnodes"]) * int(config["trainer.n_gpus_per_node"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    strategy = str(config.get("actor_rollout_ref.actor.strategy", "fsdp"))
+    sequence_parallel = config.get("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1)
+    return ranks if strategy.startswith("fsdp") and sequence_parallel in (1, None) and ranks >= 1 else None
+
+
+def logged_batch_by_step(parsed: ParsedLog) -> tuple[dict[int, float], str]:
+    """({step: P x G as the log measured it}, how): per step, total tokens / (mean prompt + mean response tokens),
+    the total from `perf/total_num_tokens`, else from `global_seqlen/mean` x the data-parallel ranks. A step's keys
+    may sit in several rows (TensorBoard writes one scalar per event), so rows are merged by step first."""
     keys = TOKEN_KEYS.get(parsed.style)
     if not keys:
-        return None
-    estimates = []
+        return {}, ""
+    by_step: dict[int, dict] = {}
     for row in parsed.rows:
-        try:
-            total, prompt, response = (float(row.metrics[k]) for k in keys)
-        except (KeyError, TypeError, ValueError):
-            continue
-        if prompt + response > 0 and total > 0:
-            estimates.append(total / (prompt + response))
-    return statistics.median(estimates) if estimates else None
+        by_step.setdefault(row.step, {}).update(row.metrics)
+    ranks = data_parallel_ranks({**parsed.command_config, **parsed.config})
+    counts, how = {}, TOTAL_FORMULA
+    for step, metrics in by_step.items():
+        total = number(metrics.get(keys[0]))
+        if total is None and ranks is not None and number(metrics.get(SEQLEN_KEY[parsed.style])) is not None:
+            total, how = number(metrics[SEQLEN_KEY[parsed.style]]) * ranks, SEQLEN_FORMULA.format(ranks=ranks)
+        prompt, response = number(metrics.get(keys[1])), number(metrics.get(keys[2]))
+        if total and prompt is not None and response is not None and prompt + response > 0 and total > 0:
+            counts[step] = total / (prompt + response)
+    return counts, how
+
+
+def number(value) -> float | None:
+    """A logged value as a float, or None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def varies(counts: dict[int, float]) -> bool:
+    """True when the logged P x G differs between steps by more than TOLERANCE (dynamic sampling)."""
+    return bool(counts) and disagree(min(counts.values()), max(counts.values()))
 
 
 def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_prompt: int | None) -> dict:
     """Run descriptor fields: P, G (required), lr, algorithm, model, task, seed, updates; `batch_from` says whence."""
     fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
-    where = parsed.config_path or "the config"
     origin = {name: "config" for name in BATCH_FIELDS if name in fields}
+    merge_launch_command(parsed, fields, origin)
     for name, value in parsed.batch_hints.items():
         if name not in fields:
             fields[name], origin[name] = value, "log"
     for name, flag_value in zip(BATCH_FIELDS, (prompts_per_step, samples_per_prompt)):
         if flag_value is None:
             continue
-        if origin.get(name) == "config" and disagree(flag_value, fields[name]):
+        if origin.get(name) in ("config", "command") and disagree(flag_value, fields[name]):
+            where = source_of(parsed, origin, name)
             raise UserError(flag_name(name), f"{flag_value} contradicts {fields[name]} in {where}",
                             f"drop {flag_name(name)} (the config is the run's own record) or pass the right config")
         if origin.get(name) == "log" and fields[name] != flag_value:
@@ -88,19 +130,55 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
     return fields
 
 
-def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
-    """Compare P x G with the logged batch size; fill in P or G when only the other is known."""
-    logged = logged_samples_per_step(parsed)
-    if logged is None:
+def source_of(parsed: ParsedLog, origin: dict, name: str) -> str:
+    """Where a config-like field came from, for messages: the config file, or the launch command in the log."""
+    if origin.get(name) == "command":
+        return parsed.command_path or "the launch command"
+    return parsed.config_path or "the config"
+
+
+def merge_launch_command(parsed: ParsedLog, fields: dict, origin: dict) -> None:
+    """The launch command's options fill what the config lacks (origin "command"); where both give a value and
+    they differ, the config (what the framework resolved and ran) is kept, with a warning."""
+    if not parsed.command_config:
         return
+    command = read_run_fields(parsed.command_config, parsed.style, parsed.notes)
+    for name, value in command.items():
+        if name not in fields:
+            fields[name] = value
+            if name in BATCH_FIELDS:
+                origin[name] = "command"
+        elif value != fields[name]:
+            parsed.problems.append(f"{parsed.command_path} sets {name} = {value}, but {parsed.config_path} holds "
+                                   f"{fields[name]}: the config was kept")
+    if not parsed.config_path:
+        parsed.notes.append(f"no config file: P, G and the rest read from {parsed.command_path}")
+
+
+def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
+    """Compare P x G with the batch the log's token counts give; fill in P or G when only the other is known. More
+    than TOLERANCE off is an error naming both numbers. Where the logged batch varies from step to step (dynamic
+    sampling), the per-step counts become the sample axis (`fields["samples_by_step"]`), with a warning."""
+    counts, how = logged_batch_by_step(parsed)
+    if not counts:
+        return
+    logged = statistics.median(counts.values())
     known = [name for name in BATCH_FIELDS if name in fields]
+    if varies(counts):
+        low, high = min(counts.values()), max(counts.values())
+        fields["samples_by_step"] = counts
+        parsed.problems.append(
+            f"the logged batch varies from {low:.0f} to {high:.0f} sequences per step ({how}; dynamic sampling?): "
+            "the sample axis is the cumulative sum of the per-step counts, not step x P x G")
+        if len(known) < 2:
+            parsed.notes.append(f"the log holds a median of {logged:.1f} sequences per step; P and G are still needed")
+        return
     if len(known) == 1:
         other = BATCH_FIELDS[1 - BATCH_FIELDS.index(known[0])]
         value = round(logged / fields[known[0]])
         if value >= 1 and not disagree(value * fields[known[0]], logged):
             fields[other], origin[other] = value, "log"
-            parsed.notes.append(f"{other} = {value} from the logged batch of {logged:.1f} sequences per step "
-                                f"(perf/total_num_tokens / (prompt_length/mean + response_length/mean))")
+            parsed.notes.append(f"{other} = {value} from the logged batch of {logged:.1f} sequences per step ({how})")
         return
     if len(known) < 2:
         parsed.notes.append(f"the log holds {logged:.1f} sequences per step (P x G); P and G are still needed")
@@ -110,12 +188,15 @@ def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
         parsed.notes.append(f"P x G = {product} agrees with the logged {logged:.1f} sequences per step")
         return
     flags = [flag_name(name) for name in BATCH_FIELDS if origin.get(name) == "flag"]
-    message = (f"P x G = {product} but the log holds {logged:.1f} sequences per step "
-               "(perf/total_num_tokens / (prompt_length/mean + response_length/mean))")
-    if flags:
-        raise UserError(" and ".join(flags), message, "pass the P and G the run used (or drop the flags and let "
-                        "the config decide)")
-    parsed.problems.append(message + f"; P and G kept from {parsed.config_path}")
+    sources = sorted({origin[name] for name in BATCH_FIELDS} - {"flag"})
+    named = " and ".join(flags) if flags else " and ".join(sorted({source_of(parsed, origin, n) for n in BATCH_FIELDS}))
+    message = f"P x G = {product} but the log holds {logged:.1f} sequences per step ({how})"
+    fix = ("pass the P and G the run used (or drop the flags and let the config decide)" if flags else
+           "the config is not this run's: pass --config with the run's own config (one found beside the log may "
+           "belong to another run)")
+    if flags and sources:
+        message += f"; P and G from flags and {', '.join(sources)}"
+    raise UserError(named, message, fix)
 
 
 def resolve_updates(parsed: ParsedLog, fields: dict) -> None:

@@ -16,6 +16,7 @@ RAY_PREFIX = re.compile(r"^\s*\((?:[\w.:<>-]+ )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\
 RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 NUMPY_REPR = re.compile(r"^np\.(?:float|int|uint)\d+\((.*)\)$")  # numpy >= 2 reprs: np.float64(0.5), np.int64(3)
 MAX_LITERAL_LINES = 5000  # a pprinted verl config is a few hundred lines
+QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")  # a Python string repr on one line
 
 
 def clean_segments(line: str):
@@ -48,21 +49,58 @@ def parse_printed_number(text: str) -> float | None:
         return None
 
 
+def bracket_balance(text: str) -> int:
+    """Opening minus closing brackets of one printed line, outside its quoted strings (pprint closes every string
+    piece on its own line)."""
+    bare = QUOTED.sub("", text)
+    return sum(bare.count(c) for c in "([{") - sum(bare.count(c) for c in ")]}")
+
+
+def continued(text: str) -> bool:
+    """pprint indents every line after a literal's first one: a line that does not start with a space ends it."""
+    return text[:1].isspace()
+
+
 def read_literal(lines: list[tuple[int, str]], start: int, opener: str = "{"):
     """(value, index after it) of the Python literal starting at `lines[start]` (its text from the first `opener`),
-    possibly spanning lines as pprint prints it; None when no literal closes within MAX_LITERAL_LINES."""
+    possibly spanning lines as pprint prints it (continuation lines indented); None when it does not close within
+    MAX_LITERAL_LINES or does not parse. Each line is scanned once and the literal parsed once: linear in the log."""
     first = lines[start][1]
     parts = [first[first.index(opener):]]
-    for index in range(start, min(len(lines), start + MAX_LITERAL_LINES)):
-        if index > start:
+    depth = bracket_balance(parts[0])
+    index = start
+    while depth > 0:
+        index += 1
+        if index >= len(lines) or index - start >= MAX_LITERAL_LINES or not continued(lines[index][1]):
+            return None
+        parts.append(lines[index][1])
+        depth += bracket_balance(parts[-1])
+    try:
+        return ast.literal_eval(unwrap_numpy_reprs("\n".join(parts))), index + 1
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+
+
+def read_printed_string(lines: list[tuple[int, str]], start: int) -> tuple[str, int] | None:
+    """(text, index after it) of a string pprint printed from `lines[start]` on: a repr in quotes, or, when longer
+    than a line, adjacent quoted pieces in parentheses on indented lines; None when it cannot be read."""
+    first = lines[start][1]
+    opening = [first.find(c) for c in "(\"'" if c in first]
+    if not opening:
+        return None
+    parts = [first[min(opening):]]
+    index = start
+    if parts[0].startswith("("):
+        while not parts[-1].rstrip().endswith(")"):
+            index += 1
+            if index >= len(lines) or index - start >= MAX_LITERAL_LINES or not continued(lines[index][1]):
+                return None
             parts.append(lines[index][1])
-        if not parts[-1].rstrip().endswith(("}", ")", "]")):
-            continue
-        try:
-            return ast.literal_eval(unwrap_numpy_reprs("\n".join(parts))), index + 1
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return None
+    try:
+        value = ast.literal_eval("\n".join(parts).strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return None
+    return (value, index + 1) if isinstance(value, str) else None
 
 
 def unwrap_numpy_reprs(text: str) -> str:

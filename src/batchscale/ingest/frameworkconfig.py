@@ -2,7 +2,8 @@
 
 verl's Hydra writes the config to `.hydra/config.yaml` in the run's output directory, while the file logger writes to
 `<project>/<experiment>.jsonl` under the working directory (verl/utils/tracking.py `FileLogger`); find_config_file
-looks in both places. A console log carries the config itself (verl_console.py). A config found this way that cannot be read
+looks in both places. A console log carries the config itself (verl_console.py); a W&B run folder its `config.yaml`
+(unwrapped from W&B's `{value: ...}` layout). A config found this way that cannot be read
 is noted and ignored; one passed with `--config` must be readable. A JSON or YAML dump of OpenRLHF's arguments (old
 flat names or the newer dotted ones) or of TRL's training arguments can be passed with `--config`. Nested mappings are
 flattened to dotted keys, so `{"data": {"train_batch_size": 256}}` reads as `data.train_batch_size`.
@@ -16,6 +17,7 @@ import json
 from pathlib import Path
 
 from batchscale.errors import UserError
+from batchscale.ingest.inputs import read_input_text
 
 # run descriptor field -> framework -> config keys, first present wins.
 CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -44,6 +46,9 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
 HYDRA_LEVELS_UP = 3
+MAX_CONFIG_BYTES = 16 * 2**20
+MAX_CONFIG_KEYS = 100_000
+MAX_YAML_ALIASES = 100
 NUMERIC_FIELDS = {"prompts_per_step": int, "samples_per_prompt": int, "seed": int, "lr": float,
                   "mini_batch_prompts": int, "epochs": int}
 
@@ -78,34 +83,83 @@ def names_run(config_path: Path, project: str, experiment: str) -> bool:
 
 
 def flatten_mapping(mapping: dict, prefix: str = "") -> dict:
-    """Nested dict -> {dotted.key: value}."""
-    flat = {}
-    for key, value in mapping.items():
-        dotted = f"{prefix}{key}"
+    """Nested dict -> {dotted.key: value}; more than MAX_CONFIG_KEYS keys (a config this large is no framework's,
+    and YAML aliases can make a tiny file expand without bound) is a ValueError."""
+    flat: dict = {}
+    stack = [(prefix, iter(mapping.items()))]  # depth first, in the mapping's order, without recursion
+    while stack:
+        base, items = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, value = entry
         if isinstance(value, dict):
-            flat.update(flatten_mapping(value, dotted + "."))
+            stack.append((f"{base}{key}.", iter(value.items())))
         else:
-            flat[dotted] = value
+            flat[f"{base}{key}"] = value
+        if len(flat) + len(stack) > MAX_CONFIG_KEYS:
+            raise ValueError(f"more than {MAX_CONFIG_KEYS} config keys")
     return flat
 
 
 def read_config_file(config_path: Path) -> dict:
-    """Flattened contents of a YAML or JSON config file; UserError when it cannot be read."""
-    text = config_path.read_text()
+    """Flattened contents of a YAML or JSON config file; UserError when it cannot be read. YAML is parsed with at
+    most MAX_YAML_ALIASES aliases (Hydra and W&B write none), so an alias bomb is refused, not expanded."""
+    text = read_input_text(config_path, max_bytes=MAX_CONFIG_BYTES)
     try:
         if config_path.suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml  # PyYAML: only needed for YAML configs
-
-            data = yaml.safe_load(text)
+            data = load_yaml_bounded(text)
     except ImportError:
         raise UserError(str(config_path), "reading YAML needs PyYAML", "pip install pyyaml, or pass JSON") from None
+    except TooManyAliases:
+        raise UserError(str(config_path), f"uses more than {MAX_YAML_ALIASES} YAML aliases (an alias bomb?)",
+                        "pass the config the framework wrote (Hydra's config.yaml has no aliases)") from None
     except Exception as e:  # yaml.YAMLError or json.JSONDecodeError
         raise UserError(str(config_path), f"not valid YAML/JSON ({e})", "pass the framework's config file") from None
     if not isinstance(data, dict):
         raise UserError(str(config_path), "the config must be a mapping", "pass the framework's config file")
-    return flatten_mapping(data)
+    try:
+        return flatten_mapping(unwrap_wandb_config(data))
+    except ValueError as e:
+        raise UserError(str(config_path), f"expands to {e}", "pass the config the framework wrote") from None
+
+
+class TooManyAliases(Exception):
+    pass
+
+
+def load_yaml_bounded(text: str):
+    """yaml.safe_load, refusing more than MAX_YAML_ALIASES alias nodes (TooManyAliases)."""
+    import yaml  # PyYAML: only needed for YAML configs
+
+    class BoundedLoader(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_YAML_ALIASES:
+                    raise TooManyAliases
+            return super().compose_node(parent, index)
+
+    loader = BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def unwrap_wandb_config(data: dict) -> dict:
+    """A W&B run's `files/config.yaml` holds each top-level key of the logged config as `{value: ...}` (older
+    clients: `{desc: null, value: ...}`), beside `_wandb` and `wandb_version`; other mappings are returned as they
+    are."""
+    if "_wandb" not in data:
+        return data
+    return {key: item["value"] for key, item in data.items()
+            if key not in ("_wandb", "wandb_version") and isinstance(item, dict) and "value" in item}
 
 
 def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
@@ -130,4 +184,41 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
                 value = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
             fields[field_name] = value
             break
+    if style == "trl" and "prompts_per_step" not in fields:
+        derive_trl_prompts(config, fields, notes)
+    if style == "verl" and "samples_per_prompt" not in fields and "actor_rollout_ref.rollout.name" in config \
+            and "actor_rollout_ref.rollout.n" not in config:
+        fields["samples_per_prompt"] = 1
+        notes.append("the config's rollout section has no n (verl before 2025-01-05, ppo_trainer.yaml): one response "
+                     "per prompt, G = 1")
     return fields
+
+
+TRL_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "num_generations")
+
+
+def derive_trl_prompts(config: dict, fields: dict, notes: list[str]) -> None:
+    """TRL's P: each optimizer step (the logged step) takes per_device_train_batch_size x gradient_accumulation_steps
+    x processes completions, generated fresh once every num_iterations passes (TRL's `_prepare_inputs` reuses a
+    generation batch num_iterations times), so P = that / num_iterations / num_generations."""
+    values = [config.get(key) for key in TRL_BATCH_KEYS]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        missing = [key for key, v in zip(TRL_BATCH_KEYS, values) if not isinstance(v, int)]
+        notes.append(f"P not derivable from the training arguments (no {', '.join(missing)})")
+        return
+    per_device, accumulation, processes, group = values
+    iterations = config.get("num_iterations") if isinstance(config.get("num_iterations"), int) else 1
+    completions = per_device * accumulation * processes
+    if completions % (iterations * group):
+        notes.append(f"{completions} completions per optimizer step are not a whole number of groups of {group} "
+                     f"per generation ({iterations} iteration(s)); P not derived")
+        return
+    fields["prompts_per_step"] = completions // (iterations * group)
+    steps_per_generation = config.get("steps_per_generation")
+    notes.append(
+        f"P = per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x {processes} "
+        f"process(es) / num_iterations {iterations} / num_generations {group} = {fields['prompts_per_step']} "
+        "fresh prompts per optimizer step (a TRL step is one optimizer step)"
+        + (f"; one generation batch serves {steps_per_generation * iterations // accumulation} optimizer steps "
+           f"(steps_per_generation {steps_per_generation})" if isinstance(steps_per_generation, int)
+           and steps_per_generation * iterations != accumulation else ""))

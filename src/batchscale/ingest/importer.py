@@ -14,11 +14,13 @@ from batchscale.errors import UserError
 from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
+from batchscale.ingest.inputs import input_kind
 from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
+from batchscale.ingest.verl_legacy import normalize_legacy_verl
 from batchscale.ingest.wandb_csv import read_wandb_csv
 from batchscale.rundir import RunDescriptor, check_out_dir, is_run_dir, summarize_run, write_run
 from batchscale.rundir.lock import RunLock
@@ -30,6 +32,7 @@ def read_openrlhf(path: Path) -> ParsedLog:
 
 READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
            "wandb-csv": read_wandb_csv}
+STREAMED_NOT = ("tensorboard",)  # formats whose reader needs a regular file (TFRecord reader, by name)
 MULTI_RUN_FORMATS = ("wandb-csv",)  # a chart export may hold several runs: OUT is then their parent
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
 
@@ -40,8 +43,13 @@ def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
         raise UserError("FORMAT", f"unknown format '{fmt}'", f"use one of: {', '.join(READERS)}")
     if not path.exists():
         raise UserError("PATH", f"{path} does not exist", "pass the log file or directory to import")
-    if path.is_file() and path.stat().st_size == 0:
+    kind = input_kind(path)  # a device (/dev/zero) or socket is refused here, before a byte is read
+    if kind == "file" and path.stat().st_size == 0:
         raise UserError(str(path), "the file is empty", "pass a log that holds at least one step")
+    if kind == "stream" and fmt in STREAMED_NOT:
+        raise UserError(str(path), f"is a pipe: {fmt} event files are read from disk, not streamed",
+                        "pass the event file or its directory (pipes are read for verl, openrlhf consoles, trl, "
+                        "wandb-csv)")
     return READERS[fmt](path)
 
 
@@ -82,6 +90,8 @@ def _import_locked(fmt: str, path: Path, out: Path, label: str | None, prompts_p
                    lr_rule: str | None) -> dict:
     inputs = {"PATH": path, "--config": config_path}  # --overwrite never deletes the log being imported
     check_lr_rule(lr_rule)
+    if seed is not None and seed < 0:
+        raise UserError("--seed", f"must be a non-negative integer, got {seed}", "pass --seed 0 or larger")
     if fmt not in MULTI_RUN_FORMATS:  # a bad --out is reported before the log is read
         check_out_dir(out, overwrite, inputs)
     parsed = parse_log(fmt, path)
@@ -90,6 +100,7 @@ def _import_locked(fmt: str, path: Path, out: Path, label: str | None, prompts_p
         raise UserError("--label/--seed", f"{path} holds {len(runs)} runs ({', '.join(r.run_name for r in runs)})",
                         "import it without --label and --seed: each run is labelled with its run name")
     outs = [out / safe_name(r.run_name) for r in runs] if len(runs) > 1 else [out]
+    check_distinct_names(runs, outs)
     if len(runs) > 1 and out.exists() and (not out.is_dir() or is_run_dir(out)):
         raise UserError("--out", f"{out} must be a directory to hold the {len(runs)} runs", "choose a new --out")
     for run_out in outs:
@@ -103,6 +114,16 @@ def _import_locked(fmt: str, path: Path, out: Path, label: str | None, prompts_p
     return results[0] if len(results) == 1 else {"run_dir": str(out), "runs": results}
 
 
+def check_distinct_names(runs: list[ParsedLog], outs: list[Path]) -> None:
+    """Two runs of one file whose names map to one directory (`a/b`, `a:b` -> `a_b`) are refused before writing."""
+    seen: dict[Path, str] = {}
+    for run, run_out in zip(runs, outs):
+        if run_out in seen:
+            raise UserError(f"run {run.run_name!r}", f"and run {seen[run_out]!r} both map to the directory "
+                            f"{run_out.name}", "rename one of the runs in W&B and export the chart again")
+        seen[run_out] = str(run.run_name)
+
+
 def safe_name(name: str) -> str:
     """A run name as a directory name and label: letters, digits and . _ + - kept, anything else becomes _."""
     return re.sub(r"[^A-Za-z0-9._+-]", "_", name).strip("._") or "run"
@@ -111,10 +132,11 @@ def safe_name(name: str) -> str:
 def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
+    normalize_legacy_verl(parsed)
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
-    records, report = build_records(parsed, str(path), prompts * group, prompts)
+    records, report = build_records(parsed, str(path), prompts * group, prompts, fields.pop("samples_by_step", None))
     descriptor_fields = describe_run(parsed, fields, records, label, seed, report["first_step"])
     descriptor_fields["lr_rule"] = lr_rule or "unknown"
     descriptor_fields["import"] = {

@@ -24,6 +24,8 @@ from pathlib import Path
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow
 from batchscale.ingest.console import clean_lines, read_literal
+from batchscale.ingest.inputs import input_kind, read_input_text
+from batchscale.ingest.launch import attach_launch_options
 
 STEP_LINE = re.compile(r"Global step (\d+): \{")
 EVAL_LINE = re.compile(r"Evaluation completed in [^,]*, global_step (\d+), eval_metrics: \{")
@@ -33,12 +35,12 @@ FIX = ("pass the console log of OpenRLHF >= 0.9.1 (it prints '✨ Global step N:
 
 def looks_like_text(path: Path) -> bool:
     """True for a console log, False for an event file or a directory (read as TensorBoard)."""
-    return path.is_file() and not path.name.startswith("events.out.tfevents")
+    return input_kind(path) in ("file", "stream") and not path.name.startswith("events.out.tfevents")
 
 
 def read_openrlhf_console(path: Path) -> ParsedLog:
     """Parse the per-step status and eval dicts of an OpenRLHF console log (see module docstring)."""
-    lines = clean_lines(path.read_text(errors="replace"))
+    lines = clean_lines(read_input_text(path))
     parsed = ParsedLog(rows=[], style="openrlhf", shape="console text")
     skipped = []
     for index, (number, line) in enumerate(lines):
@@ -56,4 +58,5 @@ def read_openrlhf_console(path: Path) -> ParsedLog:
         raise UserError(str(path), "no '✨ Global step N: {...}' or 'eval_metrics: {...}' line; is FORMAT right?", FIX)
     if skipped:
         parsed.problems.append(f"{len(skipped)} status line(s) could not be read and were skipped, e.g. {skipped[0]}")
+    attach_launch_options(parsed, path, lines)
     return parsed

@@ -7,7 +7,8 @@ Per step (rows with the same step are merged; a later row wins, as in a resumed 
 - an `eval` record when any eval key is present: every eval metric under `eval/`, plus `eval/accuracy` (or `eval/score`)
   chosen by common.ACCURACY_RULES / SCORE_RULES.
 Cumulative samples are step x P x G: the step is the rollout boundary and every framework here consumes P x G responses
-per step. An eval at step 0 (before training) gets samples 0.
+per step; where the logged token counts show a batch that varies (dynamic sampling), the running sum of the per-step
+counts. An eval at step 0 (before training) gets samples 0.
 
 wall_s, in order of preference:
 1. cumulative sum of `time/step` over step records, each weighted by the steps it stands for (step - previous logged
@@ -21,6 +22,7 @@ wall_s, in order of preference:
 from __future__ import annotations
 
 import re
+import statistics
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import (
@@ -142,11 +144,28 @@ def map_eval_metrics(style: str, metrics: dict) -> dict[str, float]:
     return {name: metrics[key] for key, name in names.items() if name is not None}
 
 
-def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_per_step: int) -> tuple[list, dict]:
-    """(records, report): run-log records in step order and the facts for the descriptor's `import` block."""
+def cumulative_samples(steps: list[int], samples_per_step: int, counts: dict[int, float] | None) -> dict[int, int]:
+    """step -> cumulative samples: step x P x G, or, with per-step counts (a batch that varies, batch_size.py), their
+    running sum, a step without a count taking the median count."""
+    if not counts:
+        return {step: step * samples_per_step for step in steps}
+    fallback = statistics.median(counts.values())
+    total, previous, out = 0.0, 0, {}
+    for step in sorted(steps):
+        total += sum(counts.get(s, fallback) for s in range(previous + 1, step + 1))
+        previous = max(previous, step)
+        out[step] = round(total)
+    return out
+
+
+def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_per_step: int,
+                  samples_by_step: dict[int, float] | None = None) -> tuple[list, dict]:
+    """(records, report): run-log records in step order and the facts for the descriptor's `import` block.
+    `samples_by_step` (P x G per step, from the logged tokens) replaces step x P x G where the batch varies."""
     style = parsed.style
     dropped: list[str] = []
     merged = merge_rows_by_step(parsed, path, dropped)
+    samples_at = cumulative_samples(list(merged), samples_per_step, samples_by_step)
     check_generation_keys(style, merged, parsed.problems)
     check_filtering(style, merged, samples_per_step, parsed.problems)
     unknown_keys: set[str] = set()
@@ -154,11 +173,12 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
     for step, entry in merged.items():
         metrics = entry["metrics"]
         unknown_keys.update(k for k in metrics if not is_known_key(style, k))
-        base = {"step": step, "samples": step * samples_per_step, "wall_s": None, "_time_s": entry["time_s"]}
+        base = {"step": step, "samples": samples_at[step], "wall_s": None, "_time_s": entry["time_s"]}
         mapped = map_step_metrics(style, metrics)
         if mapped:
             if "response/length_mean" in mapped:
-                mapped["tokens/generated"] = round(mapped["response/length_mean"] * samples_per_step)
+                step_samples = (samples_by_step or {}).get(step, samples_per_step)
+                mapped["tokens/generated"] = round(mapped["response/length_mean"] * step_samples)
             step_records.append({"kind": "step", **base, "prompts": prompts_per_step, **mapped})
         evals = map_eval_metrics(style, metrics)
         if evals:

@@ -19,9 +19,13 @@ Gradient noise: `gns/grad_sq`, `gns/trace_sigma`, `gns/b_noise` (null kept: not 
 `time/generate`, `time/train` are logged by batchscale's own callback (`integrations.trl`) and pass through under the
 same names; its unit caveat is noted.
 
-Batch shape: the Trainer records `train_batch_size` in the state, the per-device batch (completions per device per
-micro-step); with `num_generations` (recorded by some trainers and forks) it hints G and P = train_batch_size / G,
-which assumes one process and no gradient accumulation, so flags may override it (noted).
+Batch shape: the state's `train_batch_size` is the per-device batch of one micro-step, so `train_batch_size /
+num_generations` is not P in general (it ignores processes, gradient accumulation and `steps_per_generation`) and is
+not used; a `num_generations` in the state (some forks) hints G. The checkpoint's `training_args.bin` (the
+`GRPOConfig` the Trainer saved beside the state, read by pickle opcodes only: pickle_tree.py) is the run's config:
+`per_device_train_batch_size`, `gradient_accumulation_steps`, `num_generations`, `num_iterations`,
+`steps_per_generation`, and the process count (accelerate's `distributed_state.num_processes`, else
+`generation_batch_size / (per_device_train_batch_size x steps_per_generation)`), from which frameworkconfig derives P.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
+from batchscale.ingest.frameworkconfig import flatten_mapping
+from batchscale.ingest.inputs import read_input_text
+from batchscale.ingest.pickle_tree import plain, read_pickle_tree
 from batchscale.rundir.run import GNS_STEP_KEYS
 
 REWARD_FUNCTION_MEAN = re.compile(r"^rewards/[^/]+/mean$")
@@ -43,6 +50,7 @@ GNS_NOTE = ("gns/* were logged by batchscale's GradientNoiseCallback (batchscale
             "prompt group's completions over micro-batches, so the estimate takes completions as independent (B_noise "
             "differs from a group-unit one by 1 + (G - 1) x their within-group correlation; docs/IMPORT.md)")
 
+TRAINING_ARGS = "training_args.bin"  # transformers' TRAINING_ARGS_NAME, torch.save'd by Trainer._save
 FIX = "pass the trainer_state.json the Hugging Face / TRL Trainer saved (its log_history entries carry a 'step')"
 
 
@@ -52,7 +60,7 @@ def read_trl_state(path: Path) -> ParsedLog:
         path = path / "trainer_state.json"
         if not path.is_file():
             raise UserError(str(path), "not found", FIX)
-    text = path.read_text(errors="replace")
+    text = read_input_text(path)
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
     try:
@@ -76,6 +84,7 @@ def read_trl_state(path: Path) -> ParsedLog:
         raise UserError(str(path), "log_history is empty: no usable records", "import a run that logged at least once")
     check_rewards(path, parsed)
     read_batch_hints(state, parsed)
+    read_training_args(path.parent / TRAINING_ARGS, parsed)
     if any(GNS_KEY in row.metrics for row in parsed.rows):
         parsed.notes.append(GNS_NOTE)
     logging_steps = state.get("logging_steps")
@@ -111,12 +120,32 @@ def check_rewards(path: Path, parsed: ParsedLog) -> None:
 
 
 def read_batch_hints(state: dict, parsed: ParsedLog) -> None:
-    """G = num_generations and P = train_batch_size / G when the state records both (see module docstring)."""
-    per_device, group = state.get("train_batch_size"), state.get("num_generations")
-    if not isinstance(group, int) or group < 1:
+    """G = num_generations when the state records it (see module docstring; train_batch_size is not P)."""
+    group = state.get("num_generations")
+    if isinstance(group, int) and not isinstance(group, bool) and group >= 1:
+        parsed.batch_hints["samples_per_prompt"] = group
+
+
+def read_training_args(args_path: Path, parsed: ParsedLog) -> None:
+    """The run's GRPOConfig from `training_args.bin` beside the state, as the config (module docstring)."""
+    if not args_path.is_file():  # a pipe or device of that name is not the Trainer's file
         return
-    parsed.batch_hints["samples_per_prompt"] = group
-    if isinstance(per_device, int) and per_device >= group and per_device % group == 0:
-        parsed.batch_hints["prompts_per_step"] = per_device // group
-        parsed.notes.append(f"P = train_batch_size {per_device} / num_generations {group} from the trainer state "
-                            "assumes one process and gradient_accumulation_steps=1; pass --prompts-per-step otherwise")
+    tree = read_pickle_tree(args_path)
+    args = plain(tree)
+    if not isinstance(args, dict) or "per_device_train_batch_size" not in args:
+        parsed.notes.append(f"{args_path} holds no training arguments ({getattr(tree, 'cls', type(tree).__name__)}); "
+                            "ignored")
+        return
+    config = flatten_mapping({k: v for k, v in args.items() if k != "distributed_state"})
+    processes = (args.get("distributed_state") or {}).get("num_processes") if isinstance(
+        args.get("distributed_state"), dict) else None
+    if not isinstance(processes, int):
+        generation_batch, per_device = args.get("generation_batch_size"), args.get("per_device_train_batch_size")
+        steps = args.get("steps_per_generation")
+        if all(isinstance(v, int) and v > 0 for v in (generation_batch, per_device, steps)) and \
+                generation_batch % (per_device * steps) == 0:
+            processes = generation_batch // (per_device * steps)
+    if isinstance(processes, int) and processes >= 1:
+        config["world_size"] = processes
+    parsed.config = config
+    parsed.config_path = f"{args_path} ({getattr(tree, 'cls', '?')}, read by pickle opcodes; nothing run)"

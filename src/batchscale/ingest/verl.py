@@ -3,7 +3,9 @@
 - file-logger JSONL (`FileLogger`, `trainer.logger` with "file"): one line per step, `{"step": N, "data": {...}}`,
   written with orjson (numpy values serialized as numbers);
 - flat JSONL: one metrics dict per line with a top-level `step` (custom loggers and W&B/MLflow dumps of verl runs);
-- console text (`LocalLogger`, "console"): `step:N - key:value - ...` lines, usually saved with `tee` (verl_console.py).
+- console text (`LocalLogger`, "console"): `step:N - key:value - ...` lines, usually saved with `tee` (verl_console.py);
+  also as W&B captures it in a run folder, `wandb/run-*/files/output.log`, whose `config.yaml` beside it is the config
+  (PATH: the run folder or its `files/`).
 
 verl writes a step line after each training step, and a step-0 line holding only `val-core/...` when it validates
 before training (a resumed run validates at its resumed step). The step is the line's `step`, else
@@ -19,32 +21,62 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
+from batchscale.ingest.frameworkconfig import read_config_file
+from batchscale.ingest.inputs import input_kind, read_input_text
 from batchscale.ingest.verl_console import is_verl_console, read_verl_console
 
 STEP_KEY_FIX = ("each line must be {\"step\": N, \"data\": {...}} (verl's file logger) or {\"step\": N, ...} "
                 "(flat JSONL)")
+WANDB_CONSOLE, WANDB_CONFIG = "output.log", "config.yaml"  # a W&B run folder's files/ (wandb's own names)
 SHAPE_FIX = ("pass verl's file-logger JSONL, a flat JSONL of metrics with a 'step', or the console log "
              "(`step:N - key:value` lines)")
 
 
 def read_verl(path: Path) -> ParsedLog:
     """Detect the shape of a verl log (see module docstring) and read it."""
-    path = pick_log_file(path)
-    text = path.read_text(errors="replace")
+    wandb_files = wandb_run_files(path)
+    path = wandb_files / WANDB_CONSOLE if wandb_files else pick_log_file(path)
+    text = read_input_text(path)
     if not text.strip():
         raise UserError(str(path), "the file is empty", SHAPE_FIX)
-    first = next(line for line in text.splitlines() if line.strip()).strip()
+    first = next(line for line in text.split("\n") if line.strip()).strip()
     if first.startswith("{") and is_json_object(first):
         return read_verl_jsonl(path, text)
     if is_verl_console(text):
-        return read_verl_console(path, text)
+        parsed = read_verl_console(path, text)
+        if wandb_files:
+            read_wandb_run_config(wandb_files, parsed)
+        return parsed
     raise UserError(f"{path}: line 1", "neither JSON nor a verl console line (`step:N - key:value`)", SHAPE_FIX
                     + "; is FORMAT right?")
 
 
+def wandb_run_files(path: Path) -> Path | None:
+    """The `files/` folder of a W&B run folder (`wandb/run-<date>-<id>/`, or its `files/`) holding the console."""
+    if not path.is_dir():
+        return None
+    for files in (path / "files", path):
+        if (files / WANDB_CONSOLE).is_file() and (files.name == "files" or (files / WANDB_CONFIG).is_file()):
+            return files
+    return None
+
+
+def read_wandb_run_config(files: Path, parsed: ParsedLog) -> None:
+    """The run's config from the W&B folder's config.yaml (verl's `wandb.init(config=...)`), unless the console
+    printed one; one that cannot be read is noted and ignored."""
+    parsed.shape = "W&B run folder (files/output.log)"
+    config_path = files / WANDB_CONFIG
+    if parsed.config or not config_path.is_file():
+        return
+    try:
+        parsed.config, parsed.config_path = read_config_file(config_path), str(config_path)
+    except UserError as e:
+        parsed.notes.append(f"ignored {config_path}: {e.rule}")
+
+
 def pick_log_file(path: Path) -> Path:
     """The log itself, or the one .jsonl / .log file in a directory."""
-    if path.is_file():
+    if input_kind(path) != "directory":  # a file, or a pipe read as a stream
         return path
     candidates = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".log", ".txt"))
     if len(candidates) != 1:
@@ -62,7 +94,7 @@ def is_json_object(line: str) -> bool:
 
 def read_verl_jsonl(path: Path, text: str) -> ParsedLog:
     """Parse a verl JSONL, file-logger (`data` wrapper) or flat, into rows (see module docstring)."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # "\n" only: U+2028 and other separators inside JSON strings are not line ends
     last_index = max(i for i, line in enumerate(lines) if line.strip())
     parsed = ParsedLog(rows=[], style="verl")
     shapes = set()

@@ -10,7 +10,11 @@ the verl version: up to v0.4.1 `f"{v:.3f}"` (3 decimals: an lr of 1e-6 prints as
 a 3-decimal log is never used for run.json (the config's lr is, else lr is null with a warning).
 
 Validation metrics (`val-core/...`, older `val/test_score/...`) ride in the step line of the step they follow, and in a
-`step:0` line before training (`trainer.val_before_train`); they become eval records as in the JSONL.
+`step:0` line before training (`trainer.val_before_train`); they become eval records as in the JSONL. verl also
+pprints `f"Initial validation metrics: {val_metrics}"` (a string repr, wrapped over lines when long); at v0.1 that print
+is the only record of the validation before training, so it becomes the step-0 eval when no step-0 line holds one
+(likewise `Final validation metrics:` after the last step of a zero-based log, verl_legacy.py). The oldest format's
+names and step numbering are rewritten by verl_legacy.py, for every shape.
 
 The config: `main_ppo.py` pprints `OmegaConf.to_container(config, resolve=True)` at start-up, a multi-line Python dict
 (each line behind its Ray prefix). It is read with `ast.literal_eval` and flattened to dotted keys
@@ -25,14 +29,23 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow
-from batchscale.ingest.console import clean_lines, clean_segments, parse_printed_number, read_literal
+from batchscale.ingest.console import (
+    clean_lines,
+    clean_segments,
+    parse_printed_number,
+    read_literal,
+    read_printed_string,
+)
 from batchscale.ingest.frameworkconfig import flatten_mapping
+from batchscale.ingest.launch import attach_launch_options
+from batchscale.ingest.verl_legacy import BARE_TEST_SCORE, is_bare_validation
 
 STEP_LINE = re.compile(r"^step:(\d+)(?: - (.*))?$")
 ROUNDED = re.compile(r"^-?\d+\.\d{3}$")  # a value as verl <= 0.4.1 prints it
 UNKNOWN_ZERO = ("0.000", "-0.000")
 CONFIG_SECTIONS = ("data", "actor_rollout_ref", "trainer", "algorithm")
 CONSOLE_PROBE_LINES = 20000
+VALIDATION_PRINT = re.compile(r"(?P<when>Initial|Final) validation metrics: ")
 
 
 def is_verl_console(text: str) -> bool:
@@ -49,14 +62,25 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     parsed = ParsedLog(rows=[], style="verl", shape="console text")
     unknown, unreadable, rounded, values = [], [], 0, 0
     index = 0
+    printed_validation = {}  # "Initial" / "Final" -> (line number, metrics)
     while index < len(lines):
         number, line = lines[index]
         stripped = line.strip()
+        validation = VALIDATION_PRINT.search(stripped)
+        if validation and not STEP_LINE.match(stripped):
+            metrics, index = read_validation_print(lines, index)
+            if metrics:
+                printed_validation.setdefault(validation.group("when"), (number, metrics))
+            continue
         if not parsed.config and stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
             literal = read_literal(lines, index)
             if literal is not None and isinstance(literal[0], dict):
-                parsed.config = flatten_mapping(literal[0])
-                parsed.config_path = f"{path} (config printed at start-up, line {number})"
+                try:
+                    parsed.config = flatten_mapping(literal[0])
+                except ValueError as e:  # far larger than any config
+                    parsed.problems.append(f"the dict printed at line {number} was ignored ({e})")
+                else:
+                    parsed.config_path = f"{path} (config printed at start-up, line {number})"
                 index = literal[1]
                 continue
         match = STEP_LINE.match(stripped)
@@ -79,8 +103,11 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
                 continue
             metrics[key] = value
         parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
+    drop_torn_last_line(parsed, text)
     if not parsed.rows:
         raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
+    add_printed_validation(parsed, printed_validation)
+    attach_launch_options(parsed, path, lines)
     if values and rounded == values:
         parsed.logged_lr_exact = False
         parsed.notes.append("values are printed with 3 decimals (verl <= 0.4.1 console): precision 0.001")
@@ -91,3 +118,50 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     if unreadable:
         parsed.problems.append(f"{len(unreadable)} value(s) that are not numbers skipped, e.g. {unreadable[0]}")
     return parsed
+
+
+def read_validation_print(lines: list[tuple[int, str]], index: int) -> tuple[dict, int]:
+    """({metric: value}, index after it) of a pprinted `"Initial validation metrics: {...}"` string starting at
+    `lines[index]`; ({}, index + 1) when it cannot be read."""
+    read = read_printed_string(lines, index)
+    if read is None:
+        return {}, index + 1
+    text, after = read
+    found = VALIDATION_PRINT.search(text)
+    literal = read_literal([(0, text[found.end():])], 0) if found and "{" in text[found.end():] else None
+    if literal is None or not isinstance(literal[0], dict):
+        return {}, after
+    return {k: float(v) for k, v in literal[0].items()
+            if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)}, after
+
+
+def add_printed_validation(parsed: ParsedLog, printed: dict) -> None:
+    """The printed validation as eval rows where no step line holds it: the initial one at step 0, the final one
+    (old names only, a zero-based log) at the number of steps logged."""
+    if "Initial" in printed and not any(row.step == 0 and any(is_eval_key(k) for k in row.metrics)
+                                        for row in parsed.rows):
+        number, metrics = printed["Initial"]
+        parsed.rows.insert(0, RawRow(step=0, metrics=metrics, where=f"line {number}"))
+        parsed.notes.append(f"the validation before training is read from the 'Initial validation metrics' print "
+                            f"(line {number})")
+    if "Final" in printed and is_bare_validation(printed["Final"][1]):
+        last = max(parsed.rows, key=lambda row: row.step)
+        validated = any(is_eval_key(k) for k in last.metrics)  # the last step validated: the same model
+        if not validated and not any(is_bare_validation(row.metrics) and row.step > 0 for row in parsed.rows):
+            number, metrics = printed["Final"]
+            parsed.rows.append(RawRow(step=last.step + 1, metrics=metrics, where=f"line {number}"))
+
+
+def is_eval_key(key: str) -> bool:
+    return key.startswith(("val", BARE_TEST_SCORE))
+
+
+def drop_torn_last_line(parsed: ParsedLog, text: str) -> None:
+    """A log that does not end in a newline was cut mid-line (the run was killed, or the copy is partial): a step
+    line there may hold cut values (`timing_s/step:1` of 12.5), so it is dropped, with a warning."""
+    if text.endswith("\n"):
+        return
+    last = f"line {text.count(chr(10)) + 1}"
+    if parsed.rows and parsed.rows[-1].where == last:
+        parsed.rows.pop()
+        parsed.problems.append(f"{last} (the last) is cut mid-line (no newline at the end of the log) and was skipped")

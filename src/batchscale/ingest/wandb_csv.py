@@ -17,6 +17,7 @@ timestamp. Empty cells are metrics not logged in that row; `NaN`/`inf` cells are
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import re
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.common import STEP_KEYS, ParsedLog, RawRow, detect_style, normalize_trl_keys, parse_step
+from batchscale.ingest.inputs import read_input_text
 
 WANDB_COLUMNS = ("_step", "_runtime", "_timestamp", "_wandb")
 FIX = ("export the run's history from W&B as CSV (run.history().to_csv()), or a chart as CSV (the panel's "
@@ -36,14 +38,27 @@ CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?
 
 def read_wandb_csv(path: Path) -> ParsedLog | list[ParsedLog]:
     """Parse a W&B CSV (history or chart export, detected from the header) into rows and detect the key style."""
-    text = path.read_text(errors="replace")
+    try:
+        return read_csv_text(path, read_input_text(path))  # a UTF-8 byte-order mark is dropped
+    except csv.Error as e:  # a stray carriage return, a NUL: not a CSV W&B wrote
+        raise UserError(str(path), f"not a readable CSV ({e})", FIX + "; is FORMAT right?") from None
+
+
+def read_csv_text(path: Path, text: str) -> ParsedLog | list[ParsedLog]:
+    """read_wandb_csv on the file's text."""
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
-    header = next(csv.reader([text.splitlines()[0]]))
+    header = next(csv.reader([text.split("\n")[0].rstrip("\r")]))
+    counts = collections.Counter(header)
+    duplicated = sorted(column for column, count in counts.items() if count > 1)
+    if duplicated:
+        raise UserError(f"{path}: header", f"column {duplicated[0]!r} appears {counts[duplicated[0]]} times",
+                        "export the run again, or delete one of the duplicated columns")
     if header and header[0] not in WANDB_COLUMNS and any(CHART_COLUMN.match(c) for c in header[1:]):
         return read_wandb_chart(path, text, header)
     problems: list[str] = []
-    lines = text.splitlines(keepends=True)
+    lines = text.split("\n")
+    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])  # "\n" only, ends kept
     if not text.endswith("\n") and len(lines) > 1:
         last = next(csv.reader([lines[-1]]), [])
         header = next(csv.reader([lines[0]]))

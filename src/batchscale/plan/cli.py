@@ -2,9 +2,9 @@
 
 Two sources: a sweep directory (analysis.json + the runs' logs, see `load_sweep_inputs`) or `--table FILE.csv` with
 numbers measured elsewhere (see `load_table`). Prints a table to stdout, or with `--json` only the plan document
-(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files. A
-third, `--predict RUN_DIR`, predicts the table from one run's gradient noise scale before any sweep (`plan.predict`;
-`--json` prints `rundir.PredictionDocument`).
+(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files.
+`--predict RUN_DIR` is an alias of `batchscale predict RUN_DIR` (`plan.predict_cli`), kept for the scripts that use it:
+it takes the prediction's flags (--training-profile and --batches, hidden here) and says on stderr that it is an alias.
 """
 
 from __future__ import annotations
@@ -55,38 +55,44 @@ def plan(
         bool, typer.Option("--allow-mixed", help="Plan over runs of different tasks or models (refused by default).")
     ] = False,
     predict: Annotated[
-        Optional[Path], typer.Option("--predict", help="Predict from ONE run directory's gradient noise scale.")
+        Optional[Path], typer.Option("--predict", help="An alias of `batchscale predict RUN_DIR` (see its --help).")
     ] = None,
-    training_profile: Annotated[
-        Optional[Path], typer.Option("--training-profile", help="With --predict: `profile training --json` output.")
+    training_profile: Annotated[Optional[Path], typer.Option("--training-profile", hidden=True)] = None,  # --predict's
+    batches: Annotated[Optional[str], typer.Option("--batches", hidden=True)] = None,  # --predict's
+    csv_path: Annotated[
+        Optional[Path], typer.Option("--csv", help="Also write the table here: one row per label, units in the "
+                                                   "column names (n_star_samples, t_target_s).")
     ] = None,
-    batches: Annotated[
-        Optional[str], typer.Option("--batches", help="With --predict: samples per step to predict, e.g. 64,128,256.")
+    parquet_path: Annotated[
+        Optional[Path], typer.Option("--parquet", help="The same table as Parquet (needs pyarrow).")
     ] = None,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref).
-    With --predict RUN_DIR: predict rN and q for other batches from one run, before any sweep."""
+    To predict from one run before any sweep: `batchscale predict RUN_DIR` (--predict RUN_DIR is its alias)."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
+    from batchscale.rundir.tables import check_table_format, plan_table, write_tables
 
-    if (model is None) != (hardware is None):
-        raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
+    if predict is not None and (csv_path is not None or parquet_path is not None):
+        raise UserError("--csv/--parquet", "write the plan's table; a prediction prints its own document",
+                        "drop them, or save `batchscale predict RUN_DIR --json`")
+    check_table_format(csv_path, "--csv")
+    check_table_format(parquet_path, "--parquet")
     if predict is not None:
-        from batchscale.plan.predict import RooflineInputs, predict_from_run
-        from batchscale.plan.predict_print import print_prediction
+        from batchscale.plan.predict_cli import ALIAS_NOTE, show_prediction
 
         if path is not None or table is not None:
             raise UserError("--predict", "reads one run, not a sweep directory or --table",
                             "pass either --predict RUN_DIR, or a sweep directory / --table")
-        roofline = RooflineInputs(model, hardware, context, mem_util) if model is not None else None
-        document = predict_from_run(predict, batches, generation_profile, training_profile, roofline)
-        if json_out:
-            sys.stdout.write(json.dumps(document.to_json(), indent=2) + "\n")
-        else:
-            print_prediction(document)
+        typer.echo(ALIAS_NOTE, err=True)
+        show_prediction(predict, batches, generation_profile, training_profile, model, hardware, context, mem_util,
+                        json_out)
         return
+    if (model is None) != (hardware is None):
+        raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
     if training_profile is not None or batches is not None:
-        raise UserError("--training-profile/--batches", "apply to --predict only", "add --predict RUN_DIR, or drop them")
+        raise UserError("--training-profile/--batches", "apply to --predict only",
+                        "use `batchscale predict RUN_DIR` with them, or drop them")
     memory = compute_memory_limit(model, hardware, context, mem_util, gpus=gpus, tensor_parallel=tensor_parallel,
                                   colocated=colocated) if model is not None else None
     decision, explanation, regime, source = make_plan(
@@ -98,6 +104,7 @@ def plan(
 
         check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused, or warned about
     document = plan_document(decision, explanation, regime, source).to_json()
+    write_tables(plan_table(document), csv_path, parquet_path)
     if json_out:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:

@@ -13,6 +13,7 @@ from html import escape
 from batchscale.analysis.prediction import closing_note
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
+from batchscale.report.samples import samples_html
 from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, headline, learning_rows, verdict,
                                       measurement_notes)
 
@@ -35,6 +36,8 @@ figure { margin: 0; }
 figure img { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.9em; color: #555; }
 .muted { color: #666; font-size: 0.9em; }
+table.samples th, table.samples td.said { text-align: left; }
+table.samples td.said { white-space: pre-wrap; font-family: ui-monospace, monospace; }
 """
 
 
@@ -105,6 +108,7 @@ def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
         'sweep.</p>',
         "<h2>Figures</h2>",
         '<div class="figures">', *(render_figure(f) for f in figures), "</div>",
+        *([section] if (section := samples_html(inputs.samples)) else []),
         "<h2>Learning side (analysis.json)</h2>",
         learning,
         *([f'<h2 id="prediction">Predicted from one run</h2>\n<p>{escape(note)}</p>']

@@ -33,6 +33,7 @@ class ReportInputs:
     machine: dict[str, list] = field(default_factory=dict)  # summary machine key -> distinct values over runs
     runs_total: int = 0
     runs_with_summary: int = 0
+    samples: list = field(default_factory=list)  # report.samples.LabelSamples: what the policy said, per label
 
 
 def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_profile: Path | None,
@@ -41,6 +42,7 @@ def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_pro
     and on runs of different tasks or models unless allow_mixed."""
     from batchscale.analysis.analyze import compute_analysis
     from batchscale.plan.make import make_plan, plan_document
+    from batchscale.report.samples import collect_samples
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -69,6 +71,7 @@ def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_pro
         machine=machine,
         runs_total=total,
         runs_with_summary=with_summary,
+        samples=collect_samples(sweep_dir),
     )
 
 

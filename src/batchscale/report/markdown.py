@@ -14,6 +14,7 @@ from batchscale.analysis.prediction import closing_note
 from batchscale.markup import markdown_link, markdown_text
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
+from batchscale.report.samples import samples_markdown
 from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
 
 
@@ -70,7 +71,8 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         title = markdown_text(figure.title)
         lines += [f"### {title}", "", f"![{title}]({markdown_link(link)})", "", markdown_text(figure.caption), ""]
     note = closing_note(inputs.analysis, plan)
-    lines += [*learning_detail(inputs), *(["", "## Closing note", "", markdown_text(note)] if note else []),
+    lines += [*samples_markdown(inputs.samples), *learning_detail(inputs),
+              *(["", "## Closing note", "", markdown_text(note)] if note else []),
               "", "## How this was measured", "",
               *(f"- {markdown_text(note)}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)

@@ -3,11 +3,14 @@
 
     <run>/metrics.jsonl, run.json, config.json, summary.json   run.py: RunDescriptor, RunSummary, RunLog, write_run,
                                                                read_run (the one reader and its one policy)
+    <run>/samples.jsonl                                         samples.py: what the policy said at each eval
+    <run>/trackers.json                                         tracker_runs.py: the tracker runs that mirror it
     <sweep>/runs/<label>__s<seed>/                              run.py: the sweep layout
     <sweep>/sweep.json                                          sweep_file.py: the points, a racing sweep's facts
     analysis.json, plan.json, profiles/generation.json,        documents.py: AnalysisDocument, PlanDocument,
     profiles/training.json, plan --predict --json              GenerationProfile, TrainingProfile, PredictionDocument
 
+    analyze/plan --csv, --parquet                              tables.py: one row per label, units in column names
     <sweep>/sweep.lock                                          lock.py: SweepLock, one sweep per directory at a time
     staging of runs and sweep points                           staging.py: run_destination, sweep_staging_dir
 

@@ -13,6 +13,8 @@ guesses among alternatives. `extra="forbid"` makes a producer's misspelt key an 
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
 
@@ -104,6 +106,8 @@ class NoiseScalePrediction(Strict):
     b_noise_steps: int
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     b_noise_fitted: float | None = None  # the B_noise whose rN(B) curve fits the sweep's measured rN best
+    b_noise_fitted_low: float | None = None  # its 80% interval from the seeds' scatter (analysis.noise_fit); None:
+    b_noise_fitted_high: float | None = None  # open at that end, or no interval (fewer than 2 seeds anywhere)
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
     compute_fraction: float | None
@@ -381,6 +385,12 @@ def read_document(path: Path, kind: type[D], option: str | None = None) -> D:
     if not path.is_file():
         raise UserError(where, "is not a file", kind.regenerate)
     data = read_json_object(path)
+    required = [name for name, info in kind.model_fields.items() if info.is_required()]
+    missing = [name for name in required if name not in data]
+    if len(missing) > max(1, len(required) // 2):  # another document (a run.json as a profile), before the version
+        name = re.sub(r"(?<!^)(?=[A-Z])", " ", kind.__name__).lower()
+        other = " (it is a run descriptor, run.json)" if {"prompts_per_step", "samples_per_step"} <= set(data) else ""
+        raise UserError(where, f"not a {name}{other}: it lacks {', '.join(missing[:4])}", kind.regenerate)
     version = data.get("schema_version", 1)
     if isinstance(version, int) and version > kind.current_version:
         raise UserError(where, f"schema_version {version} is newer than this batchscale reads "

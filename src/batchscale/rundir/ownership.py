@@ -47,9 +47,10 @@ TEMPORARY_ENTRIES = (".*.tmp", ".report-*", ".*.checkpoint-*", ".*.saving-*", ".
 ANALYSIS_ENTRIES = ("analysis.json", "j_vs_samples.png", "j_vs_steps.png", "grad_norm_vs_batch.png",
                     "r_n_vs_batch.png", "report.md", "report.html", "generation_throughput.png", "training_time.png",
                     "plan.json", "profiles", *TEMPORARY_ENTRIES)
-RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "checkpoints", "policy", "tensorboard",
-               *ANALYSIS_ENTRIES)
-SWEEP_ENTRIES = ("sweep.json", "runs", "sweep.lock", *ANALYSIS_ENTRIES)
+TRACKER_ENTRIES = ("tensorboard", "wandb", "mlruns")  # telemetry.trackers' local stores
+RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "samples.jsonl", "checkpoints", "policy",
+               *TRACKER_ENTRIES, *ANALYSIS_ENTRIES)
+SWEEP_ENTRIES = ("sweep.json", "runs", "sweep.lock", "mlruns", *ANALYSIS_ENTRIES)
 KIND_ENTRIES = {
     "run": RUN_ENTRIES,
     "sweep": SWEEP_ENTRIES,

@@ -468,6 +468,13 @@ def sweep_runs_dir(sweep_dir: Path) -> Path:
     return Path(sweep_dir) / RUNS_DIR
 
 
+def sweep_of(run_dir: Path) -> Path | None:
+    """The sweep directory a run directory (or a sweep's staging directory) lies in: <sweep>/runs/<run>, with
+    <sweep>/sweep.json; None for a run outside a sweep."""
+    parent = Path(run_dir).absolute().parent
+    return parent.parent if parent.name == RUNS_DIR and (parent.parent / SWEEP_FILE).is_file() else None
+
+
 def validation_error(path: Path, error: ValidationError, fix: str) -> UserError:
     """The first problem of a pydantic ValidationError as a one-line UserError naming the file and the key."""
     first = error.errors()[0]

@@ -32,7 +32,8 @@ from batchscale.rundir.run import CONFIG_FILE, DESCRIPTOR_FILE, METRICS_FILE, sw
 STAGING_MARK = ".partial-"
 STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial-\d+-[0-9a-f]{8}")  # .NAME.partial-PID-TOKEN (files.unique_suffix)
 RUN_START_FILES = (METRICS_FILE, DESCRIPTOR_FILE, CONFIG_FILE, MARKER_FILE, f".{DESCRIPTOR_FILE}.tmp",
-                   f".{CONFIG_FILE}.tmp", f".{MARKER_FILE}.tmp", "tensorboard")  # what a run writes before a record
+                   f".{CONFIG_FILE}.tmp", f".{MARKER_FILE}.tmp", "samples.jsonl", "tensorboard",
+                   "wandb")  # what a run writes before a record
 OLD_STAGING_NAME = re.compile(r"\.(?P<name>.+)\.partial")  # before staging names were unique
 STAGING_LOCK_NAME = re.compile(r"\.(?P<staging>\..+\.partial-\d+-[0-9a-f]{8})\.lock")  # a worker's RunLock file
 

@@ -1,2 +1,3 @@
 """What a run measures about itself: device-synchronizing phase timers (`timers`), the online gradient noise scale's
-torch-free estimators (`gradnoise`), and the optional TensorBoard mirror of the run log (`tensorboard`)."""
+torch-free estimators (`gradnoise`), and the experiment trackers that mirror the run log (`trackers`: TensorBoard,
+W&B, MLflow, trackio)."""

@@ -15,8 +15,10 @@ from batchscale.rollout.base import SamplingParams
 from batchscale.train.health import check_rewards
 
 
-def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, reward_spec: str = "") -> dict:
-    """eval/accuracy, eval/reward and eval/response_length of greedy responses to the task's eval set."""
+def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, reward_spec: str = "",
+             examples_kept: int = 0) -> tuple[dict, list[tuple[str, str, str, float]]]:
+    """eval/accuracy, eval/reward and eval/response_length of greedy responses to the task's eval set, and the first
+    `examples_kept` (prompt, response, answer, reward) of it, for samples.jsonl."""
     examples = task.eval_examples()
     prompts = policy.format_prompts([e.prompt for e in examples])
     rollouts = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
@@ -24,8 +26,10 @@ def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, r
     accuracy, scores = task.accuracy(rollouts.texts, examples), task.score(rollouts.texts, examples)
     for what, values in (("eval accuracy", accuracy), ("eval reward", scores)):
         check_rewards(step, values, reward_spec, rollouts.texts, answers, what=what)
-    return {"eval/accuracy": float(np.mean(accuracy)), "eval/reward": float(np.mean(scores)),
-            "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
+    metrics = {"eval/accuracy": float(np.mean(accuracy)), "eval/reward": float(np.mean(scores)),
+               "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
+    kept = list(zip([e.prompt for e in examples], rollouts.texts, answers, map(float, scores)))[:examples_kept]
+    return metrics, kept
 
 
 def greedy_rewards(policy: Policy, engine, task, examples, sampling: SamplingParams, step: int = 0,

@@ -25,6 +25,10 @@ Health (train.health): a non-finite reward stops the run at its step before the 
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
 
+Every record is also mirrored to the run's experiment trackers (`run.trackers`, telemetry.trackers), and each eval
+writes its first `run.log_samples` (prompt, response, reward) examples to samples.jsonl (rundir.samples) and to the
+trackers that hold tables; a tracker that fails is warned about once and training goes on.
+
 Long runs: at the step boundaries `run.checkpoint_every_samples` names (by default once per 10 minutes of training),
 after that step's eval, the loop writes a checkpoint (train.checkpointing, rundir.checkpoint); `train(...,
 resume=True)` continues an unfinished run from its newest complete one (train.resume). A finished run writes its
@@ -44,14 +48,17 @@ import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
-from batchscale.config import AUTO_CHECKPOINT_S, Config, resolved_config
+from batchscale.config import AUTO_CHECKPOINT_S, Config, resolved_config, tracker_names
 from batchscale.files import staged_directory
 from batchscale.policy.sequences import collate
-from batchscale.rundir import RunLog, StoppedRun, check_out_dir, summarize_run
+from batchscale.rundir import RunLog, StoppedRun, check_out_dir, run_dir_name, summarize_run
 from batchscale.rundir.checkpoint import write_checkpoint
 from batchscale.rundir.lock import RunLock
+from batchscale.rundir.run import sweep_of
+from batchscale.rundir.samples import SamplesLog, read_samples, sample_rows
 from batchscale.rundir.staging import run_destination
-from batchscale.telemetry.tensorboard import TensorBoardMirror
+from batchscale.telemetry.trackers.base import DEFAULT_PROJECT, TrackedRun
+from batchscale.telemetry.trackers.mirror import TrackerMirror, open_trackers
 from batchscale.train.checkpointing import LoopState, capture
 from batchscale.train.evaluation import evaluate, greedy_rewards
 from batchscale.train.health import check_finite_record, check_parameters, check_rewards
@@ -87,7 +94,8 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
             if resume:
                 loop = resume_point(run_dir, state, log)
                 with open_rollout_source(state, start_step=loop.step if loop else 0) as source:
-                    return train_into(run_dir, state, source, on_record or (lambda record: None), log, stop, loop)
+                    return train_into(run_dir, state, source, on_record or (lambda record: None), log, stop, loop,
+                                      resumed=True)
             with run_destination(run_dir, overwrite) as write_dir, open_rollout_source(state) as source:
                 return train_into(write_dir, state, source, on_record or (lambda record: None), log, stop)
         finally:
@@ -103,17 +111,25 @@ def training_inputs(cfg: Config) -> dict[str, Path | None]:
 
 
 def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit: Callable[[dict], None],
-               log: Callable[[str], None], stop: StopCheck | None = None, loop: LoopState | None = None) -> dict:
+               log: Callable[[str], None], stop: StopCheck | None = None, loop: LoopState | None = None,
+               resumed: bool = False) -> dict:
     """The loop: eval at 0, then steps (their rollouts taken from `source`) and periodic evals to the budget, or to
     the eval at which `stop` says why to end; summary.json last. `loop` (a resumed run's position, its records
     already in metrics.jsonl) continues after its step instead of starting at 0; `stop` then sees those records
-    too, and is asked first at the eval the checkpoint follows, if it follows one."""
+    too, and is asked first at the eval the checkpoint follows, if it follows one. `resumed`: the run directory is
+    an interrupted run's (cut back to `loop`, or to nothing), whose tracker runs are replaced."""
     cfg, plan = state.cfg, state.plan
     descriptor = run_descriptor(cfg)
     runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
-    mirror = TensorBoardMirror(run_dir) if cfg.run.tensorboard else None
-    resumed = loop is not None
+    samples_log = SamplesLog(run_dir)
+    continuing = loop is not None
     loop = loop or LoopState(next_eval=cfg.run.eval_every_samples)
+
+    def warn(message: str) -> None:
+        loop.notes.append(message)
+        log(f"warning: {message}")
+
+    mirror = open_run_trackers(run_dir, cfg, warn, resumed, loop.records)
     start = time.perf_counter() - loop.wall_s  # wall_s continues across a resume
     last_checkpoint = time.perf_counter()
     records, stopped = loop.records, None
@@ -122,16 +138,19 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
         check_finite_record(record, plan.lr)  # nothing non-finite reaches the writer: the run stops unfinished here
         runlog.write(record)
         records.append(record)
-        if mirror is not None:
-            mirror.write(record)
+        mirror.log(record)
         emit(record)
 
     def eval_now(step: int) -> dict:
         t0 = time.perf_counter()
-        metrics = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step, cfg.task.reward)
+        metrics, examples = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step,
+                                     cfg.task.reward, cfg.run.log_samples)
         record = {"kind": "eval", "step": step, "samples": loop.samples, "wall_s": time.perf_counter() - start,
                   **metrics, "time/eval": time.perf_counter() - t0}
         write(record)
+        rows = sample_rows(step, loop.samples, examples)
+        samples_log.write(rows)
+        mirror.log_samples(step, rows)
         return record
 
     def checkpoint_due(step: int) -> bool:
@@ -141,7 +160,7 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
         return time.perf_counter() - last_checkpoint >= AUTO_CHECKPOINT_S if every is None else step % every == 0
 
     try:
-        if not resumed:
+        if not continuing:
             eval_now(0)
             stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
         elif stop is not None and records and records[-1]["kind"] == "eval":
@@ -172,14 +191,28 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
             log(f"stopped at {loop.samples:,} samples: {stopped.message}")
     finally:
         runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
-        if mirror is not None:
-            mirror.close()
+        samples_log.close()
+        mirror.close()
     if cfg.run.save_policy:
         save_policy(state, run_dir)
     summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=loop.notes,
                             stopped=stopped)
     runlog.finish(summary)
     return summary.model_dump(mode="json")
+
+
+def open_run_trackers(run_dir: Path, cfg: Config, warn: Callable[[str], None], resumed: bool,
+                      records: list[dict]) -> TrackerMirror:
+    """The run's trackers (telemetry.trackers), named after its label and seed and grouped by its sweep; a resumed
+    run's replace the interrupted run's tracker runs with the records (and samples) kept."""
+    sweep = sweep_of(run_dir)
+    label = run_descriptor(cfg).label
+    tracked = TrackedRun(run_dir=Path(run_dir), home=sweep or Path(run_dir).absolute().parent,
+                         name=run_dir_name(label, cfg.run.seed), group=label,
+                         project=sweep.name if sweep else DEFAULT_PROJECT, sweep=sweep.name if sweep else None,
+                         config=resolved_config(cfg))
+    samples = read_samples(run_dir) if resumed else []
+    return open_trackers(tracker_names(cfg.run), tracked, warn, resumed, records, samples)
 
 
 POLICY_DIR = "policy"

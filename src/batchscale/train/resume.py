@@ -2,12 +2,14 @@
 
 - The config is the run's own (its config.json), with `--set` overrides on top; a config file given beside --resume
   must be the run's. Only the keys that change no number of the run may differ (`MAY_DIFFER`: the budget, which may
-  only grow, where and how often it checkpoints, whether it saves its policy, TensorBoard): any other difference is
+  only grow, where and how often it checkpoints, whether it saves its policy, its trackers): any other difference is
   refused, naming every key that differs, before anything loads.
 - A finished run (summary.json) is not resumed; a directory that is not a run is refused.
 - The newest checkpoint that passes its checks is used (rundir.checkpoint.newest_checkpoint: a torn or foreign one
   is skipped for the previous one, with a warning); metrics.jsonl is cut back to the records it follows, which the run
-  then writes again. Without a usable checkpoint the run starts again from its first step, and says so.
+  then writes again, and so is samples.jsonl (to the evals up to the checkpoint's step); the run's trackers replace
+  their runs with the records kept (telemetry.trackers.mirror). Without a usable checkpoint the run starts again from
+  its first step, and says so.
 - Synchronous runs continue exactly: the records after the checkpoint are those the uninterrupted run writes, times
   aside (tests/test_resume.py). An asynchronous run's generator restarts from the checkpoint's weights with an empty
   buffer, the staleness bound held; which groups it trains on next differs from the uninterrupted run's, and the log
@@ -24,22 +26,14 @@ from batchscale.errors import UserError
 from batchscale.files import read_json_object
 from batchscale.rundir.checkpoint import newest_checkpoint, rewind_metrics
 from batchscale.rundir.run import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from batchscale.rundir.samples import rewind_samples
+from batchscale.telemetry.trackers.base import flatten_config as flatten
 
 if TYPE_CHECKING:
     from batchscale.train.checkpointing import LoopState
 
 MAY_DIFFER = ("run.budget_samples", "run.checkpoint_every_samples", "run.keep_checkpoints", "run.save_policy",
-              "run.tensorboard", "run.out_dir")
-
-
-def flatten(data: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+              "run.tensorboard", "run.trackers", "run.out_dir")
 
 
 def check_resumable(run_dir: Path) -> None:
@@ -110,11 +104,13 @@ def resume_point(run_dir: Path, state, log: Callable[[str], None] = print) -> Lo
     found = newest_checkpoint(run_dir, warn=log)
     if found is None:
         rewind_metrics(run_dir, [])
+        rewind_samples(run_dir, None)
         log(f"resuming {run_dir}: no usable checkpoint, so the run starts again from its first step")
         return None
     checkpoint, records = found
     loop = restore(state, checkpoint, records)
     rewind_metrics(run_dir, records)
+    rewind_samples(run_dir, loop.step)  # the eval a checkpoint follows is before it: its samples stay
     log(f"resuming {run_dir} from {checkpoint.path.name}: step {loop.step}, {loop.samples:,} samples")
     if state.cfg.rollout.mode == "async":
         log("note: asynchronous resume: the generator restarts from the checkpoint's weights with an empty buffer "

@@ -32,7 +32,7 @@ def run_descriptor(cfg: Config) -> RunDescriptor:
         **({"max_staleness": cfg.rollout.max_staleness} if cfg.rollout.mode == "async" else {}),
         max_concurrency=cfg.rollout.max_concurrency,
         model=cfg.model.name,
-        task=cfg.task.name,
+        task=cfg.task.name if cfg.task.name != "reasoning_gym" else f"reasoning_gym:{cfg.task.dataset}",
         source="batchscale",
     )
 

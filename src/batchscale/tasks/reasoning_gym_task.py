@@ -1,0 +1,184 @@
+"""Tasks from reasoning-gym: procedural generators of verifiable-reward problems, each with its own scorer.
+
+`task.name = "reasoning_gym"`, `task.dataset` a reasoning-gym dataset ("basic_arithmetic", "chain_sum", "countdown",
+"gsm_symbolic", ...), `task.params` its config fields, passed to `reasoning_gym.create_dataset` as they are. Needs the
+optional extra `reasoning-gym` (`pip install 'batchscale[reasoning-gym]'`); without it the task is refused, naming it.
+
+- The pool: `create_dataset(dataset, seed=task.split_seed, size=..., **params)`. Its item i is a pure function of
+  (seed, i), so the same task config gives the same problems on every machine and in every process. `size` is
+  `params.size` when given, else POOL_SIZE (reasoning-gym's own default, 500, would repeat a few hundred prompts).
+  `params.seed` is refused: the pool's seed is `task.split_seed`, shared by every run and seed, like the eval set.
+- The split, as in the built-in arithmetic task: a stable hash of (split_seed, i) holds out one index in EVAL_SHARE.
+  The eval set is the first `eval_size` held-out items with distinct questions, in index order. Training draws indices
+  uniformly with the run's generator and redraws a held-out index or one whose question is in the eval set, so train
+  and eval never share a prompt, even where two indices generate the same question.
+- The reward is the dataset's own `score_answer(answer, entry)`, in-process. The answer is the text inside the last
+  `<answer>...</answer>` of the response (reasoning_gym.utils.extract_answer, reasoning-gym's convention), or the
+  stripped response when it holds no such tags. Departure: reasoning-gym's own evaluation scores an untagged response
+  as no answer; a small model asked for the answer alone rarely writes tags. `task.reward` does not apply.
+- Model output is untrusted: the scorers of EVALUATED_SCORERS run the answer through sympy's `parse_expr`, which
+  executes Python. There an answer with any character outside ARITHMETIC_CHARS (digits, + - * / ( ) . and spaces) is
+  scored as no answer (the empty string), as the scorer itself scores text it cannot parse, and never reaches it.
+- `eval/accuracy` is the share of eval answers that `score_answer` gives full marks (1.0); `eval/reward` the mean score.
+- The prompt is the dataset's question, or `task.template` with `{question}` filled in (a template must hold it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field, fields, is_dataclass
+
+import numpy as np
+
+from batchscale.errors import UserError
+from batchscale.tasks.arithmetic import EVAL_SHARE
+from batchscale.tasks.base import Example, Task
+
+EXTRA = "reasoning-gym"  # the optional extra (pyproject.toml) that installs the library
+POOL_SIZE = 100_000  # indices in the pool when task.params gives no size
+MAX_REDRAWS = 1000  # per training prompt: a pool that is nearly all eval questions is an error, not a hang
+SHOWN_CHARS = 80
+EVALUATED_SCORERS = frozenset({"countdown", "puzzle24"})  # score_answer calls sympy.parse_expr (eval) on the answer
+ARITHMETIC_CHARS = frozenset("0123456789+-*/(). ")
+
+
+@dataclass(frozen=True)
+class GymExample(Example):
+    """An Example that carries the dataset's entry (question, answer, metadata): what its score_answer reads."""
+
+    entry: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+
+def import_reasoning_gym():
+    """The reasoning_gym module, or a UserError naming the extra that installs it."""
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise UserError("task.name", "'reasoning_gym' needs the reasoning-gym library, which is not installed",
+                        f"pip install 'batchscale[{EXTRA}]' (or pip install reasoning-gym)") from None
+    return reasoning_gym
+
+
+def _is_eval_index(index: int, split_seed: int) -> bool:
+    digest = hashlib.blake2b(f"{split_seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % EVAL_SHARE == 0
+
+
+def _config_fields(dataset: str) -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    config_cls = DATASETS[dataset][1]
+    return [f.name for f in fields(config_cls)] if is_dataclass(config_cls) else []
+
+
+def create_pool(dataset: str | None, params: dict, split_seed: int):
+    """The reasoning-gym dataset a task config names, every input checked with a message naming the field."""
+    reasoning_gym = import_reasoning_gym()
+    from reasoning_gym.factory import DATASETS
+
+    if not dataset:
+        raise UserError("task.dataset", "task.name = 'reasoning_gym' needs a dataset", "set task.dataset, e.g. 'chain_sum'")
+    if dataset not in DATASETS:
+        close = difflib.get_close_matches(dataset, list(DATASETS), n=3)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise UserError("task.dataset", f"{dataset!r} is not a reasoning-gym dataset",
+                        f"{hint}set task.dataset to one of reasoning_gym.factory.DATASETS, e.g. 'chain_sum'")
+    if "seed" in params:
+        raise UserError("task.params.seed", "the pool's seed is task.split_seed (shared by every run and seed)",
+                        "drop task.params.seed and set task.split_seed")
+    valid = _config_fields(dataset)
+    for key in params:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UserError(f"task.params.{key}", f"not a parameter of the reasoning-gym dataset {dataset!r}",
+                            f"{hint}valid parameters: {', '.join(v for v in valid if v != 'seed')}")
+    kwargs = {"size": POOL_SIZE, **params, "seed": split_seed}
+    try:
+        return reasoning_gym.create_dataset(dataset, **kwargs)
+    except (AssertionError, ValueError, TypeError) as e:  # the config dataclass's own validate() asserts
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError("task.params", f"reasoning-gym's {dataset!r} refuses {params!r:.120}: {reason}",
+                        f"change task.params so that the rule holds ({DATASETS[dataset][1].__name__} lists them)") from None
+
+
+class ReasoningGymTask(Task):
+    name = "reasoning_gym"
+
+    def __init__(self, dataset: str | None, params: dict | None = None, template: str | None = None,
+                 split_seed: int = 0, eval_size: int = 256):
+        params = dict(params or {})
+        self.dataset_name, self.split_seed = dataset, split_seed
+        if template is not None and "{question}" not in template:
+            raise UserError("task.template", f"a reasoning-gym prompt fills in {{question}}, but {template!r:.60} "
+                            "holds none", "put {question} in task.template, or drop it (the question alone)")
+        self.template = template or "{question}"
+        self.pool = create_pool(dataset, params, split_seed)
+        self.size = len(self.pool)
+        self._entries: dict[int, dict] = {}
+        self._eval = self._build_eval(eval_size)
+        self._eval_questions = {ex.entry["question"] for ex in self._eval}
+
+    def _entry(self, index: int) -> dict:
+        if index not in self._entries:
+            self._entries[index] = self.pool[index]
+        return self._entries[index]
+
+    def _example(self, index: int) -> GymExample:
+        entry = self._entry(index)
+        return GymExample(self.template.replace("{question}", entry["question"]), str(entry["answer"]), entry)
+
+    def _build_eval(self, eval_size: int) -> list[GymExample]:
+        """The first eval_size held-out indices with distinct questions, in index order."""
+        examples: dict[str, GymExample] = {}
+        for index in range(self.size):
+            if len(examples) == eval_size:
+                return list(examples.values())
+            if _is_eval_index(index, self.split_seed):
+                ex = self._example(index)
+                examples.setdefault(ex.entry["question"], ex)
+        raise UserError("task.eval_size", f"the pool of {self.size} {self.dataset_name!r} items holds only "
+                        f"{len(examples)} distinct held-out questions, fewer than {eval_size}",
+                        f"set task.eval_size <= {len(examples)}, or raise task.params.size")
+
+    def sample_train(self, rng: np.random.Generator, count: int) -> list[Example]:
+        out: list[Example] = []
+        for _ in range(count):
+            for _ in range(MAX_REDRAWS):
+                index = int(rng.integers(0, self.size))
+                if not _is_eval_index(index, self.split_seed):
+                    ex = self._example(index)
+                    if ex.entry["question"] not in self._eval_questions:
+                        out.append(ex)
+                        break
+            else:
+                raise UserError("task.params.size", f"{MAX_REDRAWS} draws from the {self.dataset_name!r} pool found "
+                                "no question outside the eval set", "raise task.params.size or lower task.eval_size")
+        return out
+
+    def eval_examples(self) -> list[Example]:
+        return self._eval
+
+    def score(self, responses: list[str], examples: list[Example]) -> list[float]:
+        from reasoning_gym.utils import extract_answer
+
+        scores = []
+        for response, ex in zip(responses, examples, strict=True):
+            tagged = extract_answer(response)
+            answer = tagged if tagged is not None else response.strip()
+            if self.dataset_name in EVALUATED_SCORERS and not set(answer) <= ARITHMETIC_CHARS:
+                answer = ""  # never evaluated: module docstring
+            try:
+                scores.append(float(self.pool.score_answer(answer, ex.entry)))
+            except Exception as e:  # the library's scorer failing on an answer is its bug: say where, stop the run
+                raise UserError(f"task.dataset {self.dataset_name}", f"score_answer raised {type(e).__name__}: "
+                                f"{str(e)[:SHOWN_CHARS]} on the answer {answer[:SHOWN_CHARS]!r}",
+                                "report it to reasoning-gym, or choose another dataset") from None
+        return scores
+
+    def accuracy(self, responses: list[str], examples: list[Example]) -> list[float]:
+        return [float(s >= 1.0) for s in self.score(responses, examples)]
+
+    def close(self) -> None:
+        """Nothing to stop: the scorer runs in-process."""
