@@ -6,7 +6,7 @@ Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which f
   `f32_linear` (kernels/f32_linear.c): float32 weights and activations, for a float32 model's small decode steps,
   using every thread it is given; the "avx512_bf16" library holds its 16-lane build, `f32_linear_avx512`. And the
   float32 fused ops of kernels/decode_avx2.c (the same ops and `decode_layer` as below, in float32, with bf16 or
-  float32 matrices), for the small decode steps of both.
+  float32 matrices), for the small decode steps of both, and `sample` for float32 logits (kernels/sample_avx2.c).
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
   bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
   ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
@@ -42,7 +42,8 @@ from batchscale.files import cache_root
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
-    "avx2": (("bf16_linear.c", "f32_linear.c", "decode_avx2.c"), "bf16_linear", ("-mavx2", "-mfma", "-fno-math-errno")),
+    "avx2": (("bf16_linear.c", "f32_linear.c", "decode_avx2.c", "sample_avx2.c"), "bf16_linear",
+             ("-mavx2", "-mfma", "-fno-math-errno")),
     "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c", "sample_avx512.c", "f32_linear.c"), "bf16_linear_bf16",
                     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
 }
@@ -56,7 +57,7 @@ SIGNATURES = {  # symbol -> argument types
     "add_rms_norm_f32": [P] * 4 + [I64] * 2 + [F32], "rope_f32": [P] * 4 + [I64] * 4,
     "attention_f32": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_f32": [P, P, I64, I64],
     "decode_layer_f32": [P] * 11 + [I64, P, F32, F32, INT, INT],
-    "sample_bf16": [P, P, I64, I64, F32, P, P, P, INT],
+    "sample_bf16": [P, P, I64, I64, F32, P, P, P, INT], "sample_f32": [P, P, I64, I64, F32, P, P, P, INT],
 }
 _reasons: dict[str, str] = {}
 
@@ -228,8 +229,9 @@ def decode_layer(x: torch.Tensor, delta: torch.Tensor | None, pointers: ctypes.A
 
 
 def sample(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: float):
-    """(tokens (B,) int64, log-probs (B,) float32) for bf16 logits (B, V): sampling.sample_tokens with top_p = 1 on
-    logits.float(), in one native pass per row (uniforms (B,) float32, None: greedy)."""
+    """(tokens (B,) int64, log-probs (B,) float32) for bf16 or float32 logits (B, V): sampling.sample_tokens with
+    top_p = 1 on logits.float(), in one native pass per row (uniforms (B,) float32, None: greedy); bf16 logits in the
+    "avx512_bf16" library (kernels/sample_avx512.c), float32 ones in the "avx2" library (kernels/sample_avx2.c)."""
     rows, vocab = logits.shape
     logits = logits.contiguous()
     threads = torch.get_num_threads()
@@ -238,6 +240,6 @@ def sample(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: flo
     scratch = torch.empty(threads * (vocab + 16) if uniforms is not None else 0, dtype=torch.float32)
     if uniforms is not None:
         uniforms = uniforms.to(torch.float32).contiguous()
-    _library("avx512_bf16").sample_bf16(logits.data_ptr(), None if uniforms is None else uniforms.data_ptr(), rows, vocab,
-                       temperature, tokens.data_ptr(), logprobs.data_ptr(), scratch.data_ptr(), threads)
+    _op("sample", logits.dtype)(logits.data_ptr(), None if uniforms is None else uniforms.data_ptr(), rows, vocab,
+                                temperature, tokens.data_ptr(), logprobs.data_ptr(), scratch.data_ptr(), threads)
     return tokens, logprobs
