@@ -71,7 +71,7 @@ def bf16_policy(random_model_dir):
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
+@pytest.mark.parametrize("rows", [1, 3, 6, 7, 8, 9, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_kernel_equals_linear_over_upcast_weights(rows, with_bias, threads):
