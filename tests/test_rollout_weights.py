@@ -208,7 +208,7 @@ def test_f32_kernel_decode_equals_torch_float32_decode(random_model_dir, prompts
     call at small batches, the fused ops around torch's GEMM above), "f32_avx512" with torch's small ops."""
     policy = load_policy(ModelConfig(name=str(random_model_dir), dtype="float32"), TaskConfig(), log=lambda s: None)
     monkeypatch.setattr(decoder_module, "resolve_kernel",
-                        lambda setting, *args: (kernel, packing.F32_SMALL_BATCH_ROWS) if setting == "auto" else (None, 0))
+                        lambda setting, *_: (kernel, packing.F32_SMALL_BATCH_ROWS) if setting == "auto" else (None, 0))
     fast = build_engine("engine", policy, max_concurrency=24, compute_dtype="auto")
     assert fast.decoder.fused == (kernel == "f32") and fast.decoder.packed.kernel == kernel
     torch_only = build_engine("engine", policy, max_concurrency=24, compute_dtype="model")

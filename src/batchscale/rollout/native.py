@@ -175,14 +175,14 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     RMSNorm(x) * weight (M, D)."""
     y = torch.empty_like(x)
     _op("add_rms_norm", x.dtype)(x.data_ptr(), None if delta is None else delta.contiguous().data_ptr(),
-                             weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
+                                 weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
     return y
 
 
 def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, heads: int) -> None:
     """RoPE in place on the first `heads` heads of qkv (M, width) at positions (M,), tables cos, sin (length, D)."""
     _op("rope", qkv.dtype)(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv.shape[0],
-                     qkv.shape[1], heads, cos.shape[1])
+                           qkv.shape[1], heads, cos.shape[1])
 
 
 def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
@@ -192,7 +192,8 @@ def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.T
     slots, kv_heads, length, dim = keys.shape
     out = torch.empty(qkv.shape[0], heads * dim, dtype=qkv.dtype)
     _op("attention", qkv.dtype)(qkv.data_ptr(), qkv.shape[1], keys.data_ptr(), values.data_ptr(), lengths.data_ptr(),
-                          out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale, torch.get_num_threads())
+                                out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale,
+                                torch.get_num_threads())
     return out
 
 

@@ -56,7 +56,8 @@ static inline __attribute__((always_inline)) void tile(const float *x, const uin
     const uint16_t *wr = w + n0 * K;
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        if (!(k & 31)) UNROLL for (int c = 0; c < C; c++) _mm_prefetch((const char *)(wr + (C + c) * K + k), _MM_HINT_T0);
+        if (!(k & 31))
+            UNROLL for (int c = 0; c < C; c++) _mm_prefetch((const char *)(wr + (C + c) * K + k), _MM_HINT_T0);
         __m256 wk[NR_MAX];
         UNROLL for (int c = 0; c < C; c++) wk[c] = load_bf16x8(wr + c * K + k);
         UNROLL for (int m = 0; m < M; m++) {

@@ -146,7 +146,8 @@ void attention_f32(const float *q, int64_t q_row, const float *keys, const float
                                                                a[c]);
             }
             for (int c = 0; c < 8; c++)
-                if (i0 + 8 * c < D) _mm256_maskstore_ps(o + i0 + 8 * c, tail8(D - i0 - 8 * c), _mm256_mul_ps(a[c], inv));
+                if (i0 + 8 * c < D)
+                    _mm256_maskstore_ps(o + i0 + 8 * c, tail8(D - i0 - 8 * c), _mm256_mul_ps(a[c], inv));
         }
     }
 }

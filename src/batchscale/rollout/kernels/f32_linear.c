@@ -58,8 +58,9 @@ static inline float sum8(__m256 v) {
 /* The AVX2 build asks for the next column tile's weights while it multiplies this one's, a cache line per row every
  * 16 floats: one AVX2 core's demand loads alone read the weights from memory at ~14 GB/s on the machine of
  * BENCHMARKS.md's AVX2-emulation section (~18 GB/s with this). The AVX-512 build is left as it was measured. */
-#define PREFETCH_NEXT_TILE(wr, C, K, k) \
-    if (!((k) & 15)) UNROLL for (int c = 0; c < (C); c++) _mm_prefetch((const char *)((wr) + ((C) + c) * (K) + (k)), _MM_HINT_T0)
+#define PREFETCH_NEXT_TILE(wr, C, K, k)                                                                          \
+    if (!((k) & 15))                                                                                             \
+        UNROLL for (int c = 0; c < (C); c++) _mm_prefetch((const char *)((wr) + ((C) + c) * (K) + (k)), _MM_HINT_T0)
 #endif
 
 static inline __attribute__((always_inline)) void tile(const float *x, const float *w, const float *b, float *y,
