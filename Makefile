@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test test-avx2 install clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# The engine's kernel tests as an AVX2-only CPU runs them (on an AVX-512 machine too): src/batchscale/cpu.py
+test-avx2: install
+	BATCHSCALE_CPU_CAPABILITY=avx2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest tests/test_rollout_fused_f32.py \
+		tests/test_rollout_weights.py tests/test_rollout_sampling_native.py tests/test_rollout_engine.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

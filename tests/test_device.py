@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 import torch
@@ -216,3 +217,38 @@ def test_cpu_flags_are_the_flags_only(monkeypatch, tmp_path):
         assert cpu.cpu_flags() == frozenset({"fpu", "avx2", "fma"})
     finally:
         cpu.cpu_flags.cache_clear()
+
+
+def test_cpu_capability_avx2_hides_avx512_and_amx(monkeypatch, tmp_path):
+    """BATCHSCALE_CPU_CAPABILITY=avx2 makes an AVX-512 + AMX CPU read as AVX2-only: no native bf16, no "avx512_bf16"
+    kernel path, the override named among the kernel flags; an unknown capability is refused."""
+    import builtins
+
+    from batchscale import cpu
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t\t: fpu avx2 fma avx512f avx512bw avx512vl avx512_bf16 amx_bf16 amx_tile\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+
+    def read(capability):
+        monkeypatch.setenv(cpu.CAPABILITY_ENV, capability)
+        cpu.cpu_flags.cache_clear()
+        cpu.native_bf16_cpu.cache_clear()
+        return cpu.cpu_flags(), cpu.native_bf16_cpu(), cpu.has_kernel_path("avx512_bf16"), cpu.kernel_flags()
+
+    original = os.environ.get(cpu.CAPABILITY_ENV)  # this session's own setting, put back for the tests after this one
+    try:
+        flags, native, avx512, named = read("")
+        assert "avx512_bf16" in flags and native and avx512 and cpu.CAPABILITY_ENV not in " ".join(named)
+        flags, native, avx512, named = read("avx2")
+        assert flags == frozenset({"fpu", "avx2", "fma"}) and not native and not avx512
+        assert cpu.has_kernel_path("avx2") and named == ["avx2", "fma", f"{cpu.CAPABILITY_ENV}=avx2"]
+        with pytest.raises(ValueError, match="avx2"):
+            read("sse2")
+    finally:
+        monkeypatch.undo()  # the real /proc/cpuinfo and environment again
+        assert os.environ.get(cpu.CAPABILITY_ENV) == original
+        cpu.cpu_flags.cache_clear()
+        cpu.native_bf16_cpu.cache_clear()

@@ -13,7 +13,9 @@
   GEMM over oneDNN-packed matrices above and in prefill) gives the same greedy tokens as torch's bf16 GEMM everywhere,
   and log-probs within bf16 tolerance.
 - A bf16 policy decoded the "auto" way (float32 arithmetic; the kernel at small batches, float32 GEMM above) gives the
-  same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6).
+  same greedy tokens as forcing float32 everywhere, and log-probs within 1e-4 (seen: ~1e-6); so does a float32 policy
+  through each float32 kernel against torch alone. Where the AVX2 path is taken (no AVX-512: "avx2" and "f32") the
+  decode step is the fused one of kernels/decode_avx2.c.
 - The pack follows the optimizer: after an in-place update the engine decodes with the new weights (float32, and bf16
   with every copy the pack holds: small-batch matrices, oneDNN-packed ones).
 - `compute_dtype` resolves as documented, and so does the kernel each dtype pair gets.
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 from batchscale.config import ModelConfig, TaskConfig
 from batchscale.policy.load import load_policy
 from batchscale.rollout import build_engine, native
+from batchscale.rollout import decoder as decoder_module
 from batchscale.rollout import weights as packing
 from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
@@ -68,7 +71,7 @@ def bf16_policy(random_model_dir):
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows", [1, 3, 8, 9, 17])
+@pytest.mark.parametrize("rows", [1, 3, 6, 7, 8, 9, 17])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_kernel_equals_linear_over_upcast_weights(rows, with_bias, threads):
@@ -193,6 +196,30 @@ def test_native_bf16_decode_equals_torch_bf16_decode(bf16_policy, prompts, monke
         assert got.response_ids == expected.response_ids
         flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
         torch.testing.assert_close(flat(got), flat(expected), atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("kernel", [
+    pytest.param("f32", marks=needs_kernel),
+    pytest.param("f32_avx512", marks=needs_native_kernel)])
+def test_f32_kernel_decode_equals_torch_float32_decode(random_model_dir, prompts, monkeypatch, one_torch_thread,
+                                                       kernel):
+    """A float32 policy through each float32 kernel (forced, so both run on a CPU that has both) gives torch's greedy
+    tokens and its log-probs within 1e-4: "f32" with the fused float32 decode (kernels/decode_avx2.c: a layer per
+    call at small batches, the fused ops around torch's GEMM above), "f32_avx512" with torch's small ops."""
+    policy = load_policy(ModelConfig(name=str(random_model_dir), dtype="float32"), TaskConfig(), log=lambda s: None)
+    monkeypatch.setattr(decoder_module, "resolve_kernel",
+                        lambda setting, *_: (kernel, packing.F32_SMALL_BATCH_ROWS) if setting == "auto" else (None, 0))
+    fast = build_engine("engine", policy, max_concurrency=24, compute_dtype="auto")
+    assert fast.decoder.fused == (kernel == "f32") and fast.decoder.packed.kernel == kernel
+    torch_only = build_engine("engine", policy, max_concurrency=24, compute_dtype="model")
+    assert torch_only.decoder.packed.small_batch_rows == 0 and not torch_only.decoder.fused
+    params = SamplingParams(max_new_tokens=10, greedy=True)
+    for batch in (prompts, prompts[:3]):  # 22 sequences: torch's GEMM; 3: the kernel
+        got, expected = fast.generate(batch, params), torch_only.generate(batch, params)
+        assert got.stats["active_max"] == len(batch)
+        assert got.response_ids == expected.response_ids
+        flat = lambda r: torch.tensor([x for lp in r.logprobs for x in lp])  # noqa: E731
+        torch.testing.assert_close(flat(got), flat(expected), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("setting, model, compute, expected", [

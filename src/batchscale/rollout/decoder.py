@@ -9,9 +9,12 @@ gated MLP.
 Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
 step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
 row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
-NATIVE_SMALL_BATCH_ROWS sequences, torch's bf16 GEMM over pre-packed matrices above (weights.onednn_linear, also for
-prefill). It departs from HF's bf16 arithmetic in rounding only:
+NATIVE_SMALL_BATCH_ROWS sequences (there a whole layer is one call), torch's bf16 GEMM over pre-packed matrices above
+(weights.onednn_linear, also for prefill). It departs from HF's bf16 arithmetic in rounding only:
 each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
+The AVX2 kernels ("avx2": a bf16 model decoded in float32; "f32": a float32 model on a CPU without the AVX-512 path)
+take the same route in float32 (kernels/decode_avx2.c): one call per layer up to their small-batch rows, the fused
+small ops around torch's float32 GEMM above; the result is torch's float32 decode up to summation order.
 
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it
@@ -35,6 +38,7 @@ from batchscale.rollout.weights import (LayerWeights, PackedWeights, resolve_gem
                                         resolve_kernel)
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+FUSED_KERNELS = ("avx512_bf16", "avx2", "f32")  # the kernels (weights.KERNEL_LINEAR) whose decode steps are fused
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
@@ -82,10 +86,12 @@ class SlotDecoder:
         kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
         self.packed = PackedWeights(self.dtype, rows, kernel,
                                     onednn=resolve_gemm(compute_dtype, self.dtype, weight.device))
-        # bf16 decode on a CPU with native bf16: the fused small ops of kernels/decode_avx512.c (not for qwen3's q/k
-        # norms or a gate activation other than silu, which keep the torch path)
-        self.fused = (kernel == "avx512_bf16" and config.hidden_act == "silu"
+        # the native kernels' decode: the fused small ops of kernels/decode_avx512.c (bf16 on a CPU with native bf16)
+        # or kernels/decode_avx2.c (float32 arithmetic, bf16 or float32 matrices); not for qwen3's q/k norms or a gate
+        # activation other than silu, which keep the torch path
+        self.fused = (kernel in FUSED_KERNELS and config.hidden_act == "silu"
                       and getattr(attn, "q_norm", None) is None)
+        self.bf16_matrices = kernel in ("avx2", "avx512_bf16")  # what the small-batch matrices hold
         self._pointers, self._pointer_key = [], None  # native.layer_pointers of the current pack (fused path)
         self.weights = None
         self.keys: list[torch.Tensor] = []
@@ -173,7 +179,7 @@ class SlotDecoder:
 
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One token for each of rows 0..B-1: tokens (B,) at positions (B,). Returns next-token logits (B, V): float32,
-        or bf16 on the fused path."""
+        or bf16 on the bf16 fused path."""
         if self.fused:
             return self._decode_fused(tokens, positions)
         batch = tokens.shape[0]
@@ -196,9 +202,10 @@ class SlotDecoder:
         return self._logits(x[:, 0], lm_head, linear)
 
     def _decode_fused(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """decode() with one native call per small op (rollout/native.py): what a layer computes is the same, each
-        op's result rounded once to bf16. The residual add is fused into the next RMSNorm. The logits stay bf16 (the
-        LM head's own output), for sampling's native pass."""
+        """decode() with one native call per small op (rollout/native.py): what a layer computes is the same; in bf16
+        each op's result is rounded once to bf16, in float32 only the summation order differs. The residual add is
+        fused into the next RMSNorm. The logits are the LM head's own output (bf16 ones go to sampling's native
+        pass)."""
         batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         rows, positions = torch.arange(batch), positions.contiguous()
         lengths = positions + 1  # (B,) cache positions each row attends to
@@ -229,9 +236,9 @@ class SlotDecoder:
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         ffn = layers[0].down.shape[1]
         shape = torch.tensor([d, heads, kv_heads, dim, ffn, self.length])
-        scratch = torch.empty(batch * (2 * d + (2 * heads + 2 * kv_heads) * dim + 3 * ffn), dtype=torch.bfloat16)
+        scratch = torch.empty(batch * (2 * d + (2 * heads + 2 * kv_heads) * dim + 3 * ffn), dtype=x.dtype)
         delta = torch.empty_like(x)
         for i, (pointers, key_cache, value_cache) in enumerate(zip(self._pointers, self.keys, self.values)):
             native.decode_layer(x, delta if i else None, pointers, key_cache, value_cache, self.cos, self.sin,
-                                positions, lengths, scratch, delta, shape, self.eps, self.scaling)
+                                positions, lengths, scratch, delta, shape, self.eps, self.scaling, self.bf16_matrices)
         return delta

@@ -4,7 +4,9 @@ Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which f
 - "avx2" (kernels/bf16_linear.c): float32 activations, bf16 weights widened in registers, FMA. For CPUs without native
   bf16, where the engine decodes a bf16 model in float32 arithmetic (`bf16_linear`). The same library holds
   `f32_linear` (kernels/f32_linear.c): float32 weights and activations, for a float32 model's small decode steps,
-  using every thread it is given; the "avx512_bf16" library holds its 16-lane build, `f32_linear_avx512`.
+  using every thread it is given; the "avx512_bf16" library holds its 16-lane build, `f32_linear_avx512`. And the
+  float32 fused ops of kernels/decode_avx2.c (the same ops and `decode_layer` as below, in float32, with bf16 or
+  float32 matrices), for the small decode steps of both, and `sample` for float32 logits (kernels/sample_avx2.c).
 - "avx512_bf16" (kernels/bf16_linear_avx512.c): bf16 activations, weights and output, vdpbf16ps. For CPUs with native
   bf16, where the engine decodes a bf16 model in bf16 (`bf16_linear_native`). The same library holds the fused small
   ops of such a decode step (kernels/decode_avx512.c: `add_rms_norm`, `rope`, `attention`, `silu_mul`), and
@@ -40,7 +42,8 @@ from batchscale.files import cache_root
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 KERNELS = {  # path -> (sources, the linear's symbol, ISA flags)
-    "avx2": (("bf16_linear.c", "f32_linear.c"), "bf16_linear", ("-mavx2", "-mfma")),
+    "avx2": (("bf16_linear.c", "f32_linear.c", "decode_avx2.c", "sample_avx2.c"), "bf16_linear",
+             ("-mavx2", "-mfma", "-fno-math-errno")),
     "avx512_bf16": (("bf16_linear_avx512.c", "decode_avx512.c", "sample_avx512.c", "f32_linear.c"), "bf16_linear_bf16",
                     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fno-math-errno")),
 }
@@ -51,7 +54,10 @@ SIGNATURES = {  # symbol -> argument types
     "add_rms_norm_bf16": [P] * 4 + [I64] * 2 + [F32], "rope_bf16": [P] * 4 + [I64] * 4,
     "attention_bf16": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_bf16": [P, P, I64, I64],
     "decode_layer_bf16": [P] * 11 + [I64, P, F32, F32, INT],
-    "sample_bf16": [P, P, I64, I64, F32, P, P, P, INT],
+    "add_rms_norm_f32": [P] * 4 + [I64] * 2 + [F32], "rope_f32": [P] * 4 + [I64] * 4,
+    "attention_f32": [P, I64, P, P, P, P] + [I64] * 5 + [F32, INT], "silu_mul_f32": [P, P, I64, I64],
+    "decode_layer_f32": [P] * 11 + [I64, P, F32, F32, INT, INT],
+    "sample_bf16": [P, P, I64, I64, F32, P, P, P, INT], "sample_f32": [P, P, I64, I64, F32, P, P, P, INT],
 }
 _reasons: dict[str, str] = {}
 
@@ -151,24 +157,32 @@ def bf16_linear_native(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     return _call("avx512_bf16", x, weight, bias, torch.bfloat16)
 
 
-# The fused small ops of a bf16 decode step (kernels/decode_avx512.c), on contiguous bf16 CPU tensors.
+# The fused small ops of a decode step, on contiguous CPU tensors: bf16 ones in the "avx512_bf16" library
+# (kernels/decode_avx512.c), float32 ones in the "avx2" library (kernels/decode_avx2.c). Each function picks by the
+# dtype of its activations.
+FUSED_OPS = {torch.bfloat16: ("avx512_bf16", "bf16"), torch.float32: ("avx2", "f32")}  # dtype -> library, suffix
 
-def _ops():
-    return _library("avx512_bf16")
+
+def _op(name: str, dtype: torch.dtype):
+    if dtype not in FUSED_OPS:
+        raise ValueError(f"the fused decode ops take bfloat16 or float32 activations, not {dtype}")
+    path, suffix = FUSED_OPS[dtype]
+    return getattr(_library(path), f"{name}_{suffix}")
 
 
 def add_rms_norm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x += delta in place (x (M, D) contiguous bf16; delta None: no add), then RMSNorm(x) * weight (M, D)."""
+    """x += delta in place (x (M, D) contiguous, bf16 or float32 as delta and weight; delta None: no add), then
+    RMSNorm(x) * weight (M, D)."""
     y = torch.empty_like(x)
-    _ops().add_rms_norm_bf16(x.data_ptr(), None if delta is None else delta.contiguous().data_ptr(),
-                             weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
+    _op("add_rms_norm", x.dtype)(x.data_ptr(), None if delta is None else delta.contiguous().data_ptr(),
+                                 weight.data_ptr(), y.data_ptr(), x.shape[0], x.shape[1], eps)
     return y
 
 
 def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, heads: int) -> None:
     """RoPE in place on the first `heads` heads of qkv (M, width) at positions (M,), tables cos, sin (length, D)."""
-    _ops().rope_bf16(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv.shape[0],
-                     qkv.shape[1], heads, cos.shape[1])
+    _op("rope", qkv.dtype)(qkv.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), qkv.shape[0],
+                           qkv.shape[1], heads, cos.shape[1])
 
 
 def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
@@ -176,22 +190,24 @@ def attention(qkv: torch.Tensor, heads: int, keys: torch.Tensor, values: torch.T
     """One query per row (the first `heads` heads of qkv (M, width)) over rows 0..M-1 of the caches (slots, H_kv, L,
     D), lengths[m] positions each. Returns (M, heads * D)."""
     slots, kv_heads, length, dim = keys.shape
-    out = torch.empty(qkv.shape[0], heads * dim, dtype=torch.bfloat16)
-    _ops().attention_bf16(qkv.data_ptr(), qkv.shape[1], keys.data_ptr(), values.data_ptr(), lengths.data_ptr(),
-                          out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale, torch.get_num_threads())
+    out = torch.empty(qkv.shape[0], heads * dim, dtype=qkv.dtype)
+    _op("attention", qkv.dtype)(qkv.data_ptr(), qkv.shape[1], keys.data_ptr(), values.data_ptr(), lengths.data_ptr(),
+                                out.data_ptr(), qkv.shape[0], heads, kv_heads, length, dim, scale,
+                                torch.get_num_threads())
     return out
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gate_up (M, 2F) = [gate | up]. Returns (M, F)."""
     rows, width = gate_up.shape
-    y = torch.empty(rows, width // 2, dtype=torch.bfloat16)
-    _ops().silu_mul_bf16(gate_up.data_ptr(), y.data_ptr(), rows, width // 2)
+    y = torch.empty(rows, width // 2, dtype=gate_up.dtype)
+    _op("silu_mul", gate_up.dtype)(gate_up.data_ptr(), y.data_ptr(), rows, width // 2)
     return y
 
 
 def layer_pointers(w) -> ctypes.Array:
-    """The weights a decode_layer call reads, as the C array it takes (w: a bf16 weights.LayerWeights)."""
+    """The weights a decode_layer call reads, as the C array it takes (w: a weights.LayerWeights: all bf16, or float32
+    with float32 or bf16 matrices)."""
     tensors = (w.input_norm, w.qkv, w.qkv_bias, w.o, w.o_bias, w.post_norm, w.gate_up, w.gate_up_bias, w.down,
                w.down_bias)
     return (ctypes.c_void_p * len(tensors))(*(None if t is None else t.data_ptr() for t in tensors))
@@ -200,19 +216,23 @@ def layer_pointers(w) -> ctypes.Array:
 def decode_layer(x: torch.Tensor, delta: torch.Tensor | None, pointers: ctypes.Array, key_cache: torch.Tensor,
                  value_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
                  lengths: torch.Tensor, scratch: torch.Tensor, delta_out: torch.Tensor, shape: torch.Tensor,
-                 eps: float, scale: float) -> None:
-    """One decoder layer for rows 0..M-1 of x (M, d) in one call (kernels/decode_avx512.c): x += delta in place, the
-    layer's MLP output into delta_out; k and v written into the caches. shape: int64 (d, H, H_kv, D, F, L); scratch:
-    bf16, at least M * (2 d + (2 H + 2 H_kv) D + 3 F) elements."""
-    _ops().decode_layer_bf16(x.data_ptr(), None if delta is None else delta.data_ptr(), pointers,
-                             key_cache.data_ptr(), value_cache.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                             positions.data_ptr(), lengths.data_ptr(), scratch.data_ptr(), delta_out.data_ptr(),
-                             x.shape[0], shape.data_ptr(), eps, scale, torch.get_num_threads())
+                 eps: float, scale: float, bf16_weights: bool = True) -> None:
+    """One decoder layer for rows 0..M-1 of x (M, d) in one call: x += delta in place, the layer's MLP output into
+    delta_out; k and v written into the caches. shape: int64 (d, H, H_kv, D, F, L); scratch: x's dtype, at least
+    M * (2 d + (2 H + 2 H_kv) D + 3 F) elements. bf16 x: everything bf16 (kernels/decode_avx512.c); float32 x:
+    everything float32 but the four matrices, bf16 if `bf16_weights` (kernels/decode_avx2.c)."""
+    args = (x.data_ptr(), None if delta is None else delta.data_ptr(), pointers, key_cache.data_ptr(),
+            value_cache.data_ptr(), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(), lengths.data_ptr(),
+            scratch.data_ptr(), delta_out.data_ptr(), x.shape[0], shape.data_ptr(), eps, scale)
+    if x.dtype == torch.float32:
+        args += (int(bf16_weights),)
+    _op("decode_layer", x.dtype)(*args, torch.get_num_threads())
 
 
 def sample(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: float):
-    """(tokens (B,) int64, log-probs (B,) float32) for bf16 logits (B, V): sampling.sample_tokens with top_p = 1 on
-    logits.float(), in one native pass per row (uniforms (B,) float32, None: greedy)."""
+    """(tokens (B,) int64, log-probs (B,) float32) for bf16 or float32 logits (B, V): sampling.sample_tokens with
+    top_p = 1 on logits.float(), in one native pass per row (uniforms (B,) float32, None: greedy); bf16 logits in the
+    "avx512_bf16" library (kernels/sample_avx512.c), float32 ones in the "avx2" library (kernels/sample_avx2.c)."""
     rows, vocab = logits.shape
     logits = logits.contiguous()
     threads = torch.get_num_threads()
@@ -221,6 +241,6 @@ def sample(logits: torch.Tensor, uniforms: torch.Tensor | None, temperature: flo
     scratch = torch.empty(threads * (vocab + 16) if uniforms is not None else 0, dtype=torch.float32)
     if uniforms is not None:
         uniforms = uniforms.to(torch.float32).contiguous()
-    _ops().sample_bf16(logits.data_ptr(), None if uniforms is None else uniforms.data_ptr(), rows, vocab,
-                       temperature, tokens.data_ptr(), logprobs.data_ptr(), scratch.data_ptr(), threads)
+    _op("sample", logits.dtype)(logits.data_ptr(), None if uniforms is None else uniforms.data_ptr(), rows, vocab,
+                                temperature, tokens.data_ptr(), logprobs.data_ptr(), scratch.data_ptr(), threads)
     return tokens, logprobs

@@ -7,14 +7,22 @@
  * then accumulates in float32 with FMA. Results equal F.linear(x, W.float(), b) up to float32 summation order.
  *
  * Layout: x (M, K), y (M, N), b (N,) or NULL: float32, row-major, contiguous. W (N, K): bf16 bits, row-major.
- * Any M: rows go 8 at a time (MAX_ROWS accumulators fit the 16 AVX registers), and for each output column n the
- * weight row is read from memory once for all M rows. Columns n are split across `threads` OpenMP threads.
+ * Register tiles as in f32_linear.c: up to MR rows x NR columns of accumulators, each 8-wide step widening NR weight
+ * vectors once for all MR rows, so a tile's weight rows are read from memory once for all M rows (they stay in L1
+ * across row tiles). NR independent accumulator chains per row keep the FMA latency (4 cycles) off the critical
+ * path: the previous version (one column at a time, one chain per row) read the weights at 11-12 GB/s on one AVX2
+ * core. The K tail is scalar (model widths are multiples of 8). Column tiles are split across `threads` OpenMP threads.
  */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_ROWS 8
+/* Two tile shapes: steps of a few rows (M < 4) take 2 x 4 tiles, so at one row four independent accumulator chains
+ * stream four weight rows; larger steps take 4 x 3 tiles (12 accumulators, 3 widened weight vectors, the activations
+ * as FMA memory operands: 15 of the 16 registers), where each widening (a shift on the FMA ports) serves 4 rows. */
+#define MR_MAX 4
+#define NR_MAX 4
+#define UNROLL _Pragma("GCC unroll 8")
 
 static inline __m256 load_bf16x8(const uint16_t *p) {
     __m128i half = _mm_loadu_si128((const __m128i *)p);
@@ -35,45 +43,61 @@ static inline float bf16_to_f32(uint16_t bits) {
     return value;
 }
 
-/* One output column n for all M rows. Inlined with M a compile-time constant (see bf16_linear's switch), so the M
- * accumulators live in registers. */
-static inline __attribute__((always_inline)) void column(const float *x, const uint16_t *row, const float *b,
-                                                         float *y, int64_t n, int64_t N, int64_t K, const int M) {
-    __m256 acc[MAX_ROWS];
-    for (int m = 0; m < M; m++) acc[m] = _mm256_setzero_ps();
+/* Rows m0..m0+M-1 by columns n0..n0+C-1, M <= MR_MAX and C <= NR_MAX compile-time constants after inlining; the
+ * next column tile's weight rows (C further on) are prefetched, a cache line per row every 32 weights: demand loads
+ * alone read them from memory at about half the rate (BENCHMARKS.md, AVX2 emulation). */
+static inline __attribute__((always_inline)) void tile(const float *x, const uint16_t *w, const float *b, float *y,
+                                                       int64_t m0, int64_t n0, int64_t N, int64_t K, const int M,
+                                                       const int C) {
+    __m256 acc[MR_MAX][NR_MAX];
+    UNROLL for (int m = 0; m < M; m++)
+        UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm256_setzero_ps();
+    const float *xr = x + m0 * K;
+    const uint16_t *wr = w + n0 * K;
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 wk = load_bf16x8(row + k);
-        for (int m = 0; m < M; m++) acc[m] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(x + m * K + k), acc[m]);
+        if (!(k & 31))
+            UNROLL for (int c = 0; c < C; c++) _mm_prefetch((const char *)(wr + (C + c) * K + k), _MM_HINT_T0);
+        __m256 wk[NR_MAX];
+        UNROLL for (int c = 0; c < C; c++) wk[c] = load_bf16x8(wr + c * K + k);
+        UNROLL for (int m = 0; m < M; m++) {
+            __m256 xk = _mm256_loadu_ps(xr + m * K + k);
+            UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm256_fmadd_ps(wk[c], xk, acc[m][c]);
+        }
     }
-    for (int m = 0; m < M; m++) {
-        float s = sum8(acc[m]);
-        for (int64_t j = k; j < K; j++) s += bf16_to_f32(row[j]) * x[m * K + j];
-        y[m * N + n] = b ? s + b[n] : s;
+    UNROLL for (int m = 0; m < M; m++)
+        UNROLL for (int c = 0; c < C; c++) {
+            float s = sum8(acc[m][c]);
+            for (int64_t j = k; j < K; j++) s += bf16_to_f32(wr[c * K + j]) * xr[m * K + j];
+            y[(m0 + m) * N + n0 + c] = b ? s + b[n0 + c] : s;
+        }
+}
+
+/* All rows for columns n0..n0+C-1, MR rows at a time, then the rest. */
+static inline __attribute__((always_inline)) void column_tile(const float *x, const uint16_t *w, const float *b,
+                                                              float *y, int64_t n0, int64_t M, int64_t N, int64_t K,
+                                                              const int MR, const int C) {
+    int64_t m0 = 0;
+    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C);
+    switch (M - m0) {
+    case 1: tile(x, w, b, y, m0, n0, N, K, 1, C); break;
+    case 2: tile(x, w, b, y, m0, n0, N, K, 2, C); break;
+    case 3: tile(x, w, b, y, m0, n0, N, K, 3, C); break;
+    default: break;
     }
 }
 
-/* Column n for all M rows, 8 rows at a time: the weight row is read from memory once, then from L1 for each chunk. */
-static void column_all_rows(const float *x, const uint16_t *row, const float *b, float *y, int64_t n, int64_t M,
-                            int64_t N, int64_t K) {
-    for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS) {
-        const float *xm = x + m0 * K;
-        float *ym = y + m0 * N;
-        switch (M - m0 < MAX_ROWS ? M - m0 : MAX_ROWS) {
-        case 1: column(xm, row, b, ym, n, N, K, 1); break;
-        case 2: column(xm, row, b, ym, n, N, K, 2); break;
-        case 3: column(xm, row, b, ym, n, N, K, 3); break;
-        case 4: column(xm, row, b, ym, n, N, K, 4); break;
-        case 5: column(xm, row, b, ym, n, N, K, 5); break;
-        case 6: column(xm, row, b, ym, n, N, K, 6); break;
-        case 7: column(xm, row, b, ym, n, N, K, 7); break;
-        default: column(xm, row, b, ym, n, N, K, 8); break;
-        }
-    }
-}
+/* Columns in tiles of NR over the threads, then the last < NR one by one. */
+#define COLUMNS(MR, NR)                                                                                          \
+    do {                                                                                                         \
+        int64_t tiles = N / (NR);                                                                                \
+        _Pragma("omp parallel for schedule(static) num_threads(threads)")                                        \
+        for (int64_t t = 0; t < tiles; t++) column_tile(x, w, b, y, t * (NR), M, N, K, (MR), (NR));              \
+        for (int64_t n0 = tiles * (NR); n0 < N; n0++) column_tile(x, w, b, y, n0, M, N, K, (MR), 1);             \
+    } while (0)
 
 void bf16_linear(const float *x, const uint16_t *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
                  int threads) {
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t n = 0; n < N; n++) column_all_rows(x, w + n * K, b, y, n, M, N, K);
+    if (M < 4) COLUMNS(2, 4);
+    else COLUMNS(4, 3);
 }

@@ -33,6 +33,7 @@ typedef __mmask16 tail_mask;
 #define LOAD_TAIL(p, mask) _mm512_maskz_loadu_ps(mask, p)
 #define FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define HSUM(v) _mm512_reduce_add_ps(v)
+#define PREFETCH_NEXT_TILE(wr, C, K, k)
 static inline tail_mask make_tail(int64_t left) { return (tail_mask)((1u << left) - 1u); }
 #else
 #define NAME f32_linear
@@ -54,6 +55,12 @@ static inline float sum8(__m256 v) {
     lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
     return _mm_cvtss_f32(lo);
 }
+/* The AVX2 build asks for the next column tile's weights while it multiplies this one's, a cache line per row every
+ * 16 floats: one AVX2 core's demand loads alone read the weights from memory at ~14 GB/s on the machine of
+ * BENCHMARKS.md's AVX2-emulation section (~18 GB/s with this). The AVX-512 build is left as it was measured. */
+#define PREFETCH_NEXT_TILE(wr, C, K, k)                                                                          \
+    if (!((k) & 15))                                                                                             \
+        UNROLL for (int c = 0; c < (C); c++) _mm_prefetch((const char *)((wr) + ((C) + c) * (K) + (k)), _MM_HINT_T0)
 #endif
 
 static inline __attribute__((always_inline)) void tile(const float *x, const float *w, const float *b, float *y,
@@ -65,6 +72,7 @@ static inline __attribute__((always_inline)) void tile(const float *x, const flo
     const float *xr = x + m0 * K, *wr = w + n0 * K;
     int64_t k = 0;
     for (; k + LANES <= K; k += LANES) {
+        PREFETCH_NEXT_TILE(wr, C, K, k);
         vec wk[NR];
         UNROLL for (int c = 0; c < C; c++) wk[c] = LOAD(wr + c * K + k);
         UNROLL for (int m = 0; m < M; m++) {
