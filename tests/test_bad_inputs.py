@@ -458,16 +458,22 @@ def locked_by_init(world):
 
 @pytest.mark.parametrize("case_id,args,code,fragment", CASES, ids=[c[0] for c in CASES])
 def test_hostile_input(case_id, args, code, fragment, world, locked_by_init, random_model_dir, capsys):
-    before = snapshot(world)
-    assert main(expand_args(args, world, case_id, random_model_dir)) == code
+    assert_refused_cleanly(expand_args(args, world, case_id, random_model_dir), code, fragment, world / "out" / case_id,
+                           lambda: snapshot(world), capsys)
+
+
+def assert_refused_cleanly(argv: list[str], code: int, fragment: str, out: Path, take_snapshot, capsys) -> None:
+    """The catalogue's contract: exit `code` with one `error:` line holding `fragment`, no traceback, nothing
+    half-written under `out`, and every input as it was (`take_snapshot` before and after)."""
+    before = take_snapshot()
+    assert main(argv) == code
     err = capsys.readouterr().err
     assert "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
     assert fragment in errors[0], errors[0]
-    assert not (world / "out" / case_id).exists() or not any((world / "out" / case_id).iterdir()), \
-        "a failed command left a half-written output"
-    assert snapshot(world) == before, "a failed command changed an input"
+    assert not out.exists() or not any(out.iterdir()), "a failed command left a half-written output"
+    assert take_snapshot() == before, "a failed command changed an input"
 
 
 def snapshot(world: Path) -> dict:

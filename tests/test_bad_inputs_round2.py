@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from test_bad_inputs import expand_args, run_config, write_sweep_file
+from test_bad_inputs import assert_refused_cleanly, expand_args, run_config, write_sweep_file
 from test_ingest_verl import write_verl_log
 
 from batchscale.cli import main
@@ -210,16 +210,8 @@ def snapshot(world: Path) -> dict:
 
 @pytest.mark.parametrize("case_id,args,code,fragment", CASES, ids=[c[0] for c in CASES])
 def test_hostile_input(case_id, args, code, fragment, world, random_model_dir, capsys):
-    before = snapshot(world)
-    assert main(expand_args(args, world, case_id, random_model_dir)) == code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, err
-    assert fragment in errors[0], errors[0]
-    assert not (world / "out" / case_id).exists() or not any((world / "out" / case_id).iterdir()), \
-        "a failed command left a half-written output"
-    assert snapshot(world) == before, "a failed command changed an input"
+    assert_refused_cleanly(expand_args(args, world, case_id, random_model_dir), code, fragment, world / "out" / case_id,
+                           lambda: snapshot(world), capsys)
 
 
 def test_the_second_catalogue_covers_deletion_and_locks():
