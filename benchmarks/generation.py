@@ -50,6 +50,7 @@ from pathlib import Path
 import torch
 
 from batchscale.config import ModelConfig, TaskConfig
+from batchscale.cpu import capability_override
 from batchscale.policy.load import load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
@@ -61,19 +62,26 @@ VLLM_VENV = ROOT / ".cache" / "bench" / "vllm-venv"
 VLLM_CACHE = ROOT / ".cache" / "bench" / "vllm-cache"
 LLAMA_VENV = ROOT / ".cache" / "bench" / "llama-venv"
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+# Under BATCHSCALE_CPU_CAPABILITY=avx2 (the AVX2 path emulated on an AVX-512 machine) llama.cpp is built for AVX2 + FMA
+# only, in a venv of its own, so both sides of the comparison run the vector extensions an AVX2-only CPU has.
+LLAMA_AVX2_VENV = ROOT / ".cache" / "bench" / "llama-venv-avx2"
+LLAMA_AVX2_CMAKE_ARGS = " ".join(
+    ["-DGGML_NATIVE=OFF", *(f"-DGGML_{ext}=ON" for ext in ("AVX", "AVX2", "FMA", "F16C", "BMI2")),
+     *(f"-DGGML_{ext}=OFF" for ext in ("AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI",
+                                       "AMX_TILE", "AMX_INT8", "AMX_BF16"))])
 GGUF_DIR = ROOT / ".cache" / "bench" / "gguf"
 GGUF_TYPES = {"bfloat16": "bf16", "float32": "f32"}
 
 
-def ensure_venv(venv: Path, what: str, steps) -> Path:
-    """A benchmark venv's python, made once by `steps(python)` (command lines); the marker file is written last, so
-    a broken install is redone."""
+def ensure_venv(venv: Path, what: str, steps, env: dict | None = None) -> Path:
+    """A benchmark venv's python, made once by `steps(python)` (command lines, run with `env` added to the
+    environment); the marker file is written last, so a broken install is redone."""
     python, marker = venv / "bin" / "python", venv / ".batchscale-ready"
     if marker.is_file():
         return python
     print(f"making the {what} venv at {venv} (once)", flush=True)
     for step in [[sys.executable, "-m", "venv", "--clear", str(venv)], *steps([str(python), "-m", "pip"])]:
-        subprocess.run(step, check=True)
+        subprocess.run(step, check=True, env={**os.environ, **(env or {})})
     marker.write_text("ok\n")
     return python
 
@@ -84,6 +92,15 @@ def ensure_vllm_venv(venv: Path) -> Path:
         [*pip, "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"]])
 
 
+def ensure_llama_venv() -> Path:
+    """llama.cpp's venv: built with GGML_NATIVE (every extension this CPU has), or for AVX2 + FMA only where
+    BATCHSCALE_CPU_CAPABILITY=avx2 asks for the AVX2 path (no pip cache: a cached native wheel would pass for it)."""
+    if capability_override() == "avx2":
+        return ensure_venv(LLAMA_AVX2_VENV, "llama.cpp (AVX2 + FMA build)", lambda pip: [
+            [*pip, "install", "-q", "--no-cache-dir", LLAMA_CPP_PYTHON]], {"CMAKE_ARGS": LLAMA_AVX2_CMAKE_ARGS})
+    return ensure_venv(LLAMA_VENV, "llama.cpp", lambda pip: [[*pip, "install", "-q", LLAMA_CPP_PYTHON]])
+
+
 def ensure_gguf(model_dir: Path, dtype: str) -> Path:
     """The checkpoint as a GGUF file in `dtype`, converted once by llama.cpp's own converter."""
     import tarfile
@@ -92,7 +109,7 @@ def ensure_gguf(model_dir: Path, dtype: str) -> Path:
     target = GGUF_DIR / f"{model_dir.name}-{outtype}.gguf"
     if target.is_file():
         return target
-    python = ensure_venv(LLAMA_VENV, "llama.cpp", lambda pip: [[*pip, "install", "-q", LLAMA_CPP_PYTHON]])
+    python = ensure_llama_venv()
     source = GGUF_DIR / "llama-src"
     converter = next(source.glob("*/vendor/llama.cpp/convert_hf_to_gguf.py"), None)
     if converter is None:  # the converter ships in the source package, not in the installed wheel
@@ -189,7 +206,7 @@ class LlamaCpp(Worker):
     levels = {1}
 
     def __init__(self, gguf: Path, context: int, threads: int):
-        python = ensure_venv(LLAMA_VENV, "llama.cpp", lambda pip: [[*pip, "install", "-q", LLAMA_CPP_PYTHON]])
+        python = ensure_llama_venv()
         super().__init__(python, "llama_worker.py", [gguf, context, threads], {"OMP_NUM_THREADS": str(threads)})
 
 

@@ -1,7 +1,8 @@
 """llama.cpp as a benchmark backend at concurrency 1, driven over stdin/stdout by benchmarks/generation.py.
 
 Runs inside its own virtual environment (.cache/bench/llama-venv: llama-cpp-python from PyPI, built from source with
-llama.cpp's defaults, GGML_NATIVE on, so it uses every vector extension this CPU has). Usage:
+llama.cpp's defaults, GGML_NATIVE on, so it uses every vector extension this CPU has; under
+BATCHSCALE_CPU_CAPABILITY=avx2, .cache/bench/llama-venv-avx2, built for AVX2 + FMA only). Usage:
 
     VENV/bin/python benchmarks/llama_worker.py GGUF_FILE N_CTX THREADS
 

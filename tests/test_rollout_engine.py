@@ -5,6 +5,7 @@
   (float32; the observed gap is ~3e-6, from different matmul shapes and the KV cache vs a full-sequence pass).
 - While the queue is non-empty, every decode step runs exactly `max_concurrency` sequences.
 - Sampling is reproducible under a seed and does not depend on `max_concurrency` (one uniform per sample and position).
+- A prompt repeated G times is prefilled once, also at concurrency 1 (its cache row is reused), with the same samples.
 """
 
 from __future__ import annotations
@@ -105,6 +106,28 @@ def test_sampling_reproducible_and_concurrency_invariant(tiny_policy, prompts):
     assert sample(0, 8) == first
     assert sample(0, 64) == first  # scheduling changes execution, never the samples
     assert sample(1, 8) != first
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_a_repeated_prompt_is_prefilled_once_with_the_same_samples(random_policy, prompts, cap):
+    group = [p for p in prompts[:5] for _ in range(4)] + prompts[:2]  # prompt-major G = 4, then two seen again
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6)
+
+    def run(max_concurrency):
+        torch.manual_seed(3)
+        return build_engine("engine", random_policy, max_concurrency=max_concurrency).generate(group, params)
+
+    reused, reference = run(cap), run(len(group))  # the reference prefills every distinct prompt in one batch
+    assert reused.response_ids == reference.response_ids
+    torch.testing.assert_close(torch.tensor([x for lp in reused.logprobs for x in lp]),
+                               torch.tensor([x for lp in reference.logprobs for x in lp]), atol=LOGPROB_ATOL, rtol=0)
+    assert reference.stats["prompts_prefilled"] == 5
+    # at cap 1 a prompt stays in row 0 until the next one (the two seen again were overwritten since): 7 of 22;
+    # at cap 3 each run of a prompt is prefilled once while some row holds it, whichever row ends first
+    if cap == 1:
+        assert reused.stats["prompts_prefilled"] == 7
+    else:
+        assert 5 <= reused.stats["prompts_prefilled"] <= 7
 
 
 def test_top_p_keeps_the_nucleus():

@@ -2,7 +2,8 @@
 
 Up to `max_concurrency` sequences decode together, one cache row each. Each scheduler iteration:
   1. admit: free rows are refilled from the queue at once and the new prompts are prefilled together (one forward,
-     right-padded; a prompt repeated G times is prefilled once and its cache copied), which also samples each one's
+     right-padded; a prompt repeated G times is prefilled once and its cache copied, also across admissions: a
+     row keeps its prompt's cache while its sequence decodes and after it ends), which also samples each one's
      first token; sequences that end right there free their row again
      and it is refilled in the same iteration while the queue lasts;
   2. compact: once the queue is empty, finished rows are filled by moving the last active rows down, so the
@@ -71,6 +72,9 @@ class DecodeSchedule:
         self.tokens_per_step: list[int] = []
         self.queued_per_step: list[int] = []
         self.prefill_batches: list[int] = []
+        self.prefilled = 0  # prompts that went through a forward (the others came from a row that held them)
+        self.held: list[tuple[int, ...] | None] = [None] * self.cap  # the prompt whose positions each row holds
+        self.prompt_logits: dict[tuple[int, ...], torch.Tensor] = {}  # last-token logits (V,) of the held prompts
         if n:
             longest = max(len(p) for p in prompt_ids)
             decoder.reserve(self.cap, longest + params.max_new_tokens)
@@ -90,6 +94,7 @@ class DecodeSchedule:
             "active_max": max(self.active_per_step, default=0),
             "decode_steps": steps,
             "prefill_steps": len(self.prefill_batches),
+            "prompts_prefilled": self.prefilled,
             "tokens": sum(len(r) for r in self.responses),
             "max_concurrency": self.cap,
             "active_per_step": self.active_per_step,
@@ -137,23 +142,46 @@ class DecodeSchedule:
         return generated
 
     def prefill(self, rows: list[int], seqs: list[int]) -> torch.Tensor:
-        """Prefill each distinct prompt once (GRPO repeats every prompt G times), then copy its cache rows to the
-        sequences that share it. Returns the last-token logits per sequence (B, V), shared between copies."""
-        first: dict[tuple[int, ...], int] = {}  # prompt -> index of its first sequence in this batch
-        owner = [first.setdefault(tuple(self.prompt_ids[s]), i) for i, s in enumerate(seqs)]
-        unique = sorted(first.values())
-        lengths = [len(self.prompt_ids[seqs[i]]) for i in unique]
-        ids = torch.full((len(unique), max(lengths)), self.pad_id, dtype=torch.long)  # (U, L) right-padded
-        for j, i in enumerate(unique):
-            ids[j, : lengths[j]] = torch.tensor(self.prompt_ids[seqs[i]])
-        unique_rows = torch.tensor([rows[i] for i in unique], device=self.device)
-        logits = self.decoder.prefill(unique_rows, ids.to(self.device), torch.tensor(lengths, device=self.device))
-        slot = {i: j for j, i in enumerate(unique)}
-        copies = [(rows[owner[i]], rows[i]) for i in range(len(seqs)) if owner[i] != i]
-        if copies:
-            src, dst = (torch.tensor(side, device=self.device) for side in zip(*copies))
-            self.decoder.copy_rows(src, dst, max(lengths))
-        return logits[torch.tensor([slot[owner[i]] for i in range(len(seqs))], device=self.device)]  # (B, V)
+        """Put each sequence's prompt into its cache row; return the last-token logits per sequence (B, V).
+
+        GRPO repeats every prompt G times, so most prompts are already in the cache: a row keeps its prompt's
+        positions intact while its sequence decodes past them and after it ends (`held`). Such a prompt is copied
+        from the row that holds it (or is already in place) and its logits are the ones kept from its prefill; each
+        other distinct prompt is prefilled once and copied to the sequences that share it. At concurrency 1 this is
+        what turns G prefills per prompt into one (llama.cpp keeps a repeated prompt's cache the same way)."""
+        prompts = [tuple(self.prompt_ids[s]) for s in seqs]
+        holder = {p: r for r, p in enumerate(self.held) if p is not None}  # read before any row is overwritten
+        kept = [(holder[p], r) for p, r in zip(prompts, rows) if p in holder and holder[p] != r]
+        fresh: dict[tuple[int, ...], int] = {}  # prompt held nowhere -> index of its first sequence in this batch
+        for i, p in enumerate(prompts):
+            if p not in holder:
+                fresh.setdefault(p, i)
+        if kept:  # one gather then one scatter, so a source row that is also a destination is read first
+            src, dst = (torch.tensor(side, device=self.device) for side in zip(*kept))
+            self.decoder.copy_rows(src, dst, max(len(p) for p in prompts))
+        if fresh:
+            unique = sorted(fresh.values())
+            lengths = [len(prompts[i]) for i in unique]
+            ids = torch.full((len(unique), max(lengths)), self.pad_id, dtype=torch.long)  # (U, L) right-padded
+            for j, i in enumerate(unique):
+                ids[j, : lengths[j]] = torch.tensor(prompts[i])
+            unique_rows = torch.tensor([rows[i] for i in unique], device=self.device)
+            logits = self.decoder.prefill(unique_rows, ids.to(self.device), torch.tensor(lengths, device=self.device))
+            for j, i in enumerate(unique):
+                self.prompt_logits[prompts[i]] = logits[j].clone()
+            self.prefilled += len(unique)
+            copies = [(rows[fresh[p]], r) for i, (p, r) in enumerate(zip(prompts, rows))
+                      if p in fresh and fresh[p] != i]
+            if copies:
+                src, dst = (torch.tensor(side, device=self.device) for side in zip(*copies))
+                self.decoder.copy_rows(src, dst, max(lengths))
+        for p, r in zip(prompts, rows):
+            self.held[r] = p
+        out = torch.stack([self.prompt_logits[p] for p in prompts])  # (B, V)
+        live = set(self.held)
+        for p in [p for p in self.prompt_logits if p not in live]:  # only prompts some row still holds
+            del self.prompt_logits[p]
+        return out
 
     def compact(self) -> None:
         """Move the last active rows into free rows below them, so the active rows are exactly 0..B-1."""
@@ -165,6 +193,7 @@ class DecodeSchedule:
             if self.rows[hole] is None:
                 seq = self.rows.pop()
                 self.decoder.move_row(len(self.rows), hole, self.cached[seq])
+                self.held[hole] = self.held[len(self.rows)]
                 self.rows[hole] = seq
                 while self.rows and self.rows[-1] is None:
                     self.rows.pop()
