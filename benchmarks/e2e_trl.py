@@ -162,7 +162,7 @@ def main() -> None:
         cfg = batchscale_config(args, max_new_tokens)
         systems = {"batchscale": Batchscale(cfg)}
         if trl_python is not None:
-            model_dir = Path(systems["batchscale"].run.policy.model.name_or_path)
+            model_dir = Path(systems["batchscale"].state.policy.model.name_or_path)
             log_path = ROOT / ".cache" / "bench" / "trl-worker.log"
             systems["trl"] = Trl(trl_python, trl_spec(args, cfg, model_dir, max_new_tokens), log_path)
             versions = {k: v for k, v in systems["trl"].ready.items() if k != "ready"}
