@@ -158,3 +158,23 @@ def test_unsupported_architecture_is_a_clear_error():
     model = GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=10, n_positions=8))
     with pytest.raises(UserError, match="rollout.backend.*'hf'"):
         ContinuousBatchingEngine(model, tokenizer=None)
+
+
+@pytest.mark.parametrize("new_version", [False, True])
+def test_a_stream_forgets_its_held_prompts_when_the_weights_change(random_policy, prompts, new_version):
+    from batchscale.rollout.streaming import StreamingSchedule
+
+    engine = build_engine("engine", random_policy, max_concurrency=1)
+    engine.decoder.sync()
+    tok = random_policy.tokenizer
+    schedule = StreamingSchedule(engine.decoder, SamplingParams(max_new_tokens=4), tok.eos_token_id,
+                                 tok.pad_token_id or 0, cap=1)
+    ids = tok([prompts[0]])["input_ids"][0]
+    schedule.extend([list(ids), list(ids)])
+    while not schedule.ended:
+        schedule.iterate()
+    if new_version:
+        schedule.set_version(1)  # the decoder re-read the weights: row 0's prompt is the old version's
+    while schedule.in_flight:
+        schedule.iterate()
+    assert schedule.prefilled == (2 if new_version else 1)

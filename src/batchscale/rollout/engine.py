@@ -73,11 +73,15 @@ class DecodeSchedule:
         self.queued_per_step: list[int] = []
         self.prefill_batches: list[int] = []
         self.prefilled = 0  # prompts that went through a forward (the others came from a row that held them)
-        self.held: list[tuple[int, ...] | None] = [None] * self.cap  # the prompt whose positions each row holds
-        self.prompt_logits: dict[tuple[int, ...], torch.Tensor] = {}  # last-token logits (V,) of the held prompts
+        self.forget_prompts()
         if n:
             longest = max(len(p) for p in prompt_ids)
             decoder.reserve(self.cap, longest + params.max_new_tokens)
+
+    def forget_prompts(self) -> None:
+        """Treat every cache row as holding no prompt (at the start, and whenever the weights change)."""
+        self.held: list[tuple[int, ...] | None] = [None] * self.cap  # the prompt whose positions each row holds
+        self.prompt_logits: dict[tuple[int, ...], torch.Tensor] = {}  # last-token logits (V,) of the held prompts
 
     def finish(self):
         while self.next_seq < len(self.prompt_ids) or any(s is not None for s in self.rows):

@@ -25,6 +25,7 @@ class StreamingSchedule(DecodeSchedule):
     def __init__(self, decoder: SlotDecoder, params: SamplingParams, eos_id: int, pad_id: int, cap: int):
         super().__init__(decoder, [], params, eos_id, pad_id, cap)
         self.cap = cap  # DecodeSchedule caps at its prompt count; a stream's queue grows
+        self.forget_prompts()  # sized to the new cap
         self.version = 0
         self.versions: list[list[int]] = []  # per sequence, the weights version of each sampled token
         self.ended: list[int] = []  # sequences that ended in the current iteration
@@ -58,6 +59,7 @@ class StreamingSchedule(DecodeSchedule):
         AReaL's interruptible generation does), so a token's log-prob is exactly its version's, never a mix of an old
         version's keys and a new version's queries."""
         self.version = version
+        self.forget_prompts()  # a held prompt's cache and logits are the old version's
         held = [(row, seq) for row, seq in enumerate(self.rows) if seq is not None]
         if not held:
             return
