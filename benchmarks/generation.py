@@ -18,6 +18,10 @@ venv, .cache/bench/llama-venv (llama-cpp-python==0.3.36 from PyPI, compiled here
 made once by llama.cpp's own converter (convert_hf_to_gguf.py from the same PyPI source package, with sentencepiece
 beside it) from the checkpoint the other backends load, in the --dtype (bf16 or f32), under .cache/bench/gguf.
 
+Under BATCHSCALE_CPU_CAPABILITY=avx2 (the AVX2 path emulated on an AVX-512 machine, with torch's ATEN_CPU_CAPABILITY
+etc. set by the caller) both peers are held to AVX2 too: llama.cpp is built for AVX2 + FMA only, in
+.cache/bench/llama-venv-avx2 (LLAMA_AVX2_CMAKE_ARGS), and vLLM loads its AVX2 kernel library (vllm_worker.py).
+
 Each backend's start at each level (its warm-up) is printed with the wall-clock time (UTC), so a slow row can be
 matched with the machine's load then. --time-limit-s keeps the whole run within a limit: after a backend's warm-up
 at a level, its timed repeats are predicted from it (warm-up seconds x responses / concurrency x repeats), and a

@@ -15,6 +15,11 @@ Concurrency: the engine is sized for the largest level (max_num_seqs), and each 
 admission cap, the attribute that vLLM's `max_num_active_seqs` setting initializes, so a level runs with at most C
 requests decoding together without restarting the engine. This needs the engine core in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by generation.py).
+
+Under BATCHSCALE_CPU_CAPABILITY=avx2 (the AVX2 path emulated on an AVX-512 machine; generation.py passes the
+environment on) vLLM is held to AVX2 as well: it picks its kernel library (_C, _C_AVX512 or _C_AVX2) and its
+attention paths by torch.cpu._is_avx512_supported / _is_avx512_bf16_supported, which read the CPU itself, not
+ATEN_CPU_CAPABILITY, so both are made to answer False before vLLM is imported; it then loads _C_AVX2.
 """
 
 import json
@@ -28,6 +33,10 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol keeps the real stdout ...
     os.dup2(2, 1)  # ... and everything vLLM prints goes to stderr
 
+    if os.environ.get("BATCHSCALE_CPU_CAPABILITY", "").strip().lower() == "avx2":
+        import torch
+
+        torch.cpu._is_avx512_supported = torch.cpu._is_avx512_bf16_supported = lambda: False
     from vllm import LLM, SamplingParams
 
     start = time.perf_counter()
