@@ -277,6 +277,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     levels = sorted(int(x) for x in args.levels.split(","))
+    budget = TimeBudget(args.time_limit_s)  # from here: the backends' starts (vLLM's compile) count against it
     task_cfg = TaskConfig()
     task = build_task(task_cfg)
     policy = load_policy(ModelConfig(name=args.model, dtype=args.dtype), task_cfg, log=lambda m: None)
@@ -306,7 +307,6 @@ def main() -> None:
     header += " " + " ".join(f"{'engine/' + n:>11}" for n in names[1:]) + f" {'active engine':>13} {'active hf':>9}"
     print(header)
     rows = []
-    budget = TimeBudget(args.time_limit_s)
     for level in levels:
         prompts = policy.format_prompts(workloads[level])
         ids = [list(x) for x in policy.tokenizer(prompts)["input_ids"]]
