@@ -155,7 +155,7 @@ class DecodeSchedule:
         what turns G prefills per prompt into one (llama.cpp keeps a repeated prompt's cache the same way)."""
         prompts = [tuple(self.prompt_ids[s]) for s in seqs]
         holder = {p: r for r, p in enumerate(self.held) if p is not None}  # read before any row is overwritten
-        kept = [(holder[p], r) for p, r in zip(prompts, rows) if p in holder and holder[p] != r]
+        kept = [(holder[p], r) for p, r in zip(prompts, rows) if p in holder and self.held[r] != p]  # else in place
         fresh: dict[tuple[int, ...], int] = {}  # prompt held nowhere -> index of its first sequence in this batch
         for i, p in enumerate(prompts):
             if p not in holder:
