@@ -1,7 +1,7 @@
-"""The warm-started tiny model a package may ship (policy/shipped/, gitignored: git holds no weights): a fresh cache
+"""The warm-started tiny model the package ships (policy/shipped/, pinned in git with its sha256s): a fresh cache
 gets a shipped copy without training, a copy that fails its sha256 check is not used, BATCHSCALE_TINY_BUILD=1 or
 another task builds from the recipe, and `--ship` regenerates the copy. The mechanism is tested on a copy made here;
-the tests of the real copy run only in a tree that holds one (`python -m batchscale.policy.tiny --ship`)."""
+the tests of the real copy check the one git holds."""
 
 from __future__ import annotations
 
@@ -75,11 +75,17 @@ def test_the_default_task_fields_are_the_task_configs_defaults():
     assert tiny.task_fields_of(data) == tiny.DEFAULT_TASK_FIELDS
 
 
-def test_git_holds_no_weights_and_pyproject_ships_a_copy_as_package_data():
-    """The shipped folder is ignored by git (a 12.8 MB float32 file does not belong in the history); a wheel built
-    from a tree that holds a copy ships it: `pip install .` (not editable) copies only what package-data names."""
+def test_git_pins_the_shipped_copy_and_pyproject_ships_it_as_package_data():
+    """Git holds the default task's copy (so that every clone and CPU starts from the same weights, issue 38), and a
+    wheel ships it: `pip install .` (not editable) copies only what package-data names."""
+    import subprocess
+
     ignored = (ROOT / ".gitignore").read_text().splitlines()
-    assert "/src/batchscale/policy/shipped/" in ignored
+    assert "/src/batchscale/policy/shipped/" not in ignored
+    if (ROOT / ".git").exists():
+        tracked = subprocess.run(["git", "ls-files", "src/batchscale/policy/shipped"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        assert sorted(PurePosixPath(t).name for t in tracked) == sorted((*shipped.FILES, shipped.RECORD))
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     for name in (*shipped.FILES, shipped.RECORD):
         path = PurePosixPath("shipped", NAME, name)

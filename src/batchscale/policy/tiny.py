@@ -22,7 +22,7 @@ that determines it (architecture, tokenizer, task, warm-start recipe), so it is 
 a lock and build it once) and then loaded like any local checkpoint. warm_start.json beside the weights records where
 each phase stopped, the accuracy there and every check.
 
-A package may also ship the default task's model (policy/shipped/, see policy/shipped.py; git holds none): then on
+The package ships the default task's model (policy/shipped/, pinned in git, see policy/shipped.py): on
 first use `build_tiny` installs that copy into the cache, after checking its sha256, instead of training for ~2.5
 minutes; a copy that fails the check is not used (a warning, then the build from the recipe). With
 `BATCHSCALE_TINY_BUILD=1` it builds from the recipe as before, replacing a cached copy of the shipped one (a model the
