@@ -189,12 +189,19 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    try:  # never through a link, never truncating: the file's content is not used
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise UserError(str(path), f"cannot be opened as a lock file ({e.strerror or e}; a link is never followed)",
+                        f"move {path} away (it is not batchscale's) and rerun") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def cache_root() -> Path:
