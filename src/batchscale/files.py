@@ -123,8 +123,13 @@ def unique_suffix() -> str:
 
 
 @contextmanager
-def staged_directory(out: Path, purpose: str) -> Iterator[Path]:
-    """Yield an empty directory beside `out`; when the block succeeds it becomes `out`, else it is removed."""
+def staged_directory(out: Path, purpose: str, follow_link: bool = True) -> Iterator[Path]:
+    """Yield an empty directory beside `out`; when the block succeeds it becomes `out`, else it is removed.
+    `follow_link` False (a path inside a directory batchscale owns, such as a run's policy/): a link at `out` is
+    refused, never followed out of that directory, before anything is written."""
+    if not follow_link and Path(out).is_symlink():
+        raise UserError(str(out), f"is a symbolic link (to {os.readlink(out)}), where batchscale writes a directory "
+                        "of its own; it never writes or deletes through a link", f"remove the link {out} and rerun")
     out = resolve_out(out)  # a link to the destination stays a link: its target is replaced
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.{purpose}-{unique_suffix()}"

@@ -98,9 +98,10 @@ def write_checkpoint(run_dir: Path, step: int, samples: int, records: int, state
 def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, path) of every directory named like a checkpoint, oldest first (complete or not)."""
     root = checkpoints_dir(run_dir)
-    if not root.is_dir():
+    if not root.is_dir() or root.is_symlink():  # never followed out of the run (train.resume refuses it)
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := NAME.fullmatch(p.name)) and p.is_dir()]
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if (m := NAME.fullmatch(p.name)) and p.is_dir() and not p.is_symlink()]
     return sorted(found)
 
 
@@ -109,8 +110,8 @@ def prune(run_dir: Path, keep: int) -> list[Path]:
     what was removed. Only names this module writes are touched."""
     removed = [path for _, path in checkpoint_steps(run_dir)[:-keep]]
     root = checkpoints_dir(run_dir)
-    if root.is_dir():
-        removed += [p for p in root.iterdir() if STAGING.fullmatch(p.name) and p.is_dir()]
+    if root.is_dir() and not root.is_symlink():
+        removed += [p for p in root.iterdir() if STAGING.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed

@@ -224,7 +224,7 @@ def save_policy(state: TrainingState, run_dir: Path) -> Path:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the run's own progress is drawn; a shard-writing bar only adds noise
-    with staged_directory(Path(run_dir) / POLICY_DIR, "saving") as staging:
+    with staged_directory(Path(run_dir) / POLICY_DIR, "saving", follow_link=False) as staging:
         state.policy.model.save_pretrained(staging)
         state.policy.tokenizer.save_pretrained(staging)
     return Path(run_dir) / POLICY_DIR

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -32,6 +33,9 @@ from batchscale.telemetry.trackers.base import flatten_config as flatten
 if TYPE_CHECKING:
     from batchscale.train.checkpointing import LoopState
 
+# entries of a run that a resume rewrites, replaces or deletes: never through a link out of the run
+REWRITTEN_ENTRIES = ("metrics.jsonl", "samples.jsonl", "run.json", "config.json", "trackers.json", "checkpoints",
+                     "policy", "tensorboard", "wandb", "mlruns")
 MAY_DIFFER = ("run.budget_samples", "run.checkpoint_every_samples", "run.keep_checkpoints", "run.save_policy",
               "run.tensorboard", "run.trackers", "run.out_dir")
 
@@ -45,6 +49,11 @@ def check_resumable(run_dir: Path) -> None:
     if (run_dir / SUMMARY_FILE).is_file():
         raise UserError("--resume", f"{run_dir} holds a finished run ({SUMMARY_FILE} is written): nothing to resume",
                         "train a new run with a larger run.budget_samples into another --out")
+    if links := [name for name in REWRITTEN_ENTRIES if (run_dir / name).is_symlink()]:
+        raise UserError("--resume", f"{run_dir} holds symbolic links where a run keeps its own files ({', '.join(links)}"
+                        f" -> {os.readlink(run_dir / links[0])}); a resume rewrites or deletes those, and never "
+                        "through a link", f"replace the link{'s' if len(links) > 1 else ''} with what the run wrote, "
+                        "or remove them, and rerun")
 
 
 def saved_config(run_dir: Path) -> dict:
