@@ -49,12 +49,14 @@ def analyze(
     from batchscale.analysis.analyze import analysis_outputs
     from batchscale.analysis.analyze import analyze as run_analysis
     from batchscale.files import removing_created
-    from batchscale.rundir.tables import analysis_table, check_table_format, write_tables
+    from batchscale.rundir.tables import analysis_table, check_table_format, check_table_outputs, write_tables
 
     check_table_format(csv_path, "--csv")
     check_table_format(parquet_path, "--parquet")
 
     out_dir = out if out is not None else path
+    check_table_outputs({"--csv": csv_path, "--parquet": parquet_path}, {"PATH": path},
+                        [Path(out_dir) / name for name in analysis_outputs()])
     with warnings.catch_warnings(record=True) as caught, removing_created(out_dir, analysis_outputs()):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,

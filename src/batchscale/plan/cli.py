@@ -71,13 +71,15 @@ def plan(
     To predict from one run before any sweep: `batchscale predict RUN_DIR` (--predict RUN_DIR is its alias)."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
-    from batchscale.rundir.tables import check_table_format, plan_table, write_tables
+    from batchscale.rundir.tables import check_table_format, check_table_outputs, plan_table, write_tables
 
     if predict is not None and (csv_path is not None or parquet_path is not None):
         raise UserError("--csv/--parquet", "write the plan's table; a prediction prints its own document",
                         "drop them, or save `batchscale predict RUN_DIR --json`")
     check_table_format(csv_path, "--csv")
     check_table_format(parquet_path, "--parquet")
+    check_table_outputs({"--csv": csv_path, "--parquet": parquet_path},
+                        {"PATH": path, "--table": table, "--generation-profile": generation_profile})
     if predict is not None:
         from batchscale.plan.predict_cli import ALIAS_NOTE, show_prediction
 
