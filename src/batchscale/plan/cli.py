@@ -117,14 +117,14 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     """Rich table to stdout, the winner highlighted (and a near-optimal set's other members marked ~), then the
     explanation, the verdict (the report's sentence, from the plan document `--json` prints) and the regime."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
+    from batchscale.markup import console_text, inert
     from batchscale.plan.explain import describe_verdict, format_duration
 
     console = Console(width=None if sys.stdout.isatty() else 140)
-    table = Table(title=f"Decision: T = N*/q, reference {escape(str(decision.reference))}")
+    table = Table(title=f"Decision: T = N*/q, reference {console_text(str(decision.reference))}")
     headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "realized T",
                "T/T_ref", "feasible")
     for name in headers:
@@ -137,7 +137,7 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
         n_star = censored if m.samples_to_target is None else \
             f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else "")
         table.add_row(
-            Text(("* " if r.label == decision.best else "~ " if near else "") + m.label),  # data, never markup
+            Text(("* " if r.label == decision.best else "~ " if near else "") + inert(m.label)),  # data, never markup
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             f"stopped: {m.extra['stopped']}" if m.extra.get("stopped") else n_star,
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
@@ -150,13 +150,13 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     for r in decision.rows:  # the table may wrap a long cell: say each stopped point whole
         if r.measurement.extra.get("stopped"):
             stopped = f"{r.label}: {r.measurement.extra['stopped']}."
-            console.print(f"[bold]Stopped:[/bold] {escape(stopped)}", highlight=False)
+            console.print(f"[bold]Stopped:[/bold] {console_text(stopped)}", highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
-    console.print(f"[bold]Best:[/bold] {escape(f'{best}. {explanation}')}", highlight=False)
+    console.print(f"[bold]Best:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
-    console.print(f"[bold]Verdict:[/bold] {escape(verdict)}", highlight=False)
-    console.print(f"[bold]Regime:[/bold] {escape(regime.sentence)}", highlight=False)
+    console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
+    console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)
 
 
 def _fmt(value, spec: str = "{}") -> str:

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.markup import escape
+from batchscale.markup import console_text as escape  # names are data: controls and bidi shown inert
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from batchscale.train.progress import HEARTBEAT_S, Heartbeat, draws_live, format_duration

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
+from batchscale.markup import console_text as escape  # names are data: controls and bidi shown inert
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from batchscale.config import Config, derive_plan
