@@ -178,19 +178,25 @@ def check_replaceable(path: Path, kind: str, option: str = "--out") -> None:
     """Raise unless `--overwrite` may replace the non-empty directory `path` with a new one of `kind`."""
     found = directory_kind(path)
     if found is None:
+        foreign = foreign_entries(path, kind, marked=False)
+        keeps = f" (it keeps {_listed(foreign)}, which batchscale did not write)" if foreign else ""
         raise UserError(option, f"{path} is a non-empty directory without a {KIND_NOUNS[kind]} batchscale wrote (no "
                         f"{MARKER_FILE} marker, nor only the files an earlier batchscale writes there); batchscale "
-                        f"replaces only a {kind} directory it wrote", f"choose a new or empty {option}")
+                        f"replaces only a {kind} directory it wrote{keeps}", f"choose a new or empty {option}")
     if found != kind:
         raise UserError(option, f"{path} is a {found} directory, not a {kind} directory (--overwrite replaces only "
                         f"a {kind} directory)", f"choose a new or empty {option}")
     foreign = foreign_entries(path, kind, marked=read_marker(path) is not None)
     if foreign:
-        shown = ", ".join(foreign[:FOREIGN_SHOWN]) + (f" and {len(foreign) - FOREIGN_SHOWN} more"
-                                                      if len(foreign) > FOREIGN_SHOWN else "")
         raise UserError(option, f"{path} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} batchscale "
-                        f"did not write ({shown}); --overwrite would delete them, so it stops and keeps everything",
+                        f"did not write ({_listed(foreign)}); --overwrite would delete them, so it stops and keeps "
+                        "everything",
                         f"move them out of {path}, or choose a new or empty {option}")
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:FOREIGN_SHOWN]) + (f" and {len(names) - FOREIGN_SHOWN} more"
+                                               if len(names) > FOREIGN_SHOWN else "")
 
 
 def check_inputs_outside(target: Path, inputs: dict[str, Path | None], option: str = "--out") -> None:

@@ -114,7 +114,7 @@ def check_table_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path 
             continue
         target = os.path.realpath(Path(path).absolute())
         shown = f"{path}" + (f" (a link to {target})" if Path(path).is_symlink() else "")
-        if any(target == root or target.startswith(root + "/") for root in SPECIAL_ROOTS) or \
+        if any(_special(hop) for hop in _link_chain(Path(path).absolute())) or \
                 (os.path.exists(target) and not os.path.isfile(target)):
             raise UserError(option, f"{shown} is not a regular file (a directory, a device, a file descriptor or a "
                             f"pipe); {option} writes a regular file in its place", f"give {option} a file path")
@@ -133,6 +133,23 @@ def check_table_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path 
                                 f"{'.parquet' if option == '--parquet' else '.csv'}")
         if target in {os.path.realpath(Path(p).absolute()) for p in written}:
             raise UserError(option, f"{shown} is a file this command writes itself", f"give {option} another path")
+
+
+def _special(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in SPECIAL_ROOTS)
+
+
+def _link_chain(path: Path, hops: int = 40) -> list[str]:
+    """`path` and every path its links lead through, each with its directory resolved: a table written through
+    /dev/stdout or a link to /proc/self/fd/1 passes through /dev or /proc whatever the descriptor is now."""
+    chain = []
+    for _ in range(hops):
+        path = Path(os.path.realpath(path.parent)) / path.name
+        chain.append(str(path))
+        if not path.is_symlink():
+            break
+        path = path.parent / os.readlink(path)
+    return chain
 
 
 def _columns(rows: list[dict]) -> list[str]:

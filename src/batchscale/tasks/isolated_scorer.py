@@ -62,9 +62,9 @@ class IsolatedScorer:
     """A dataset's score_answer in a confined worker (module docstring). `require_confinement`: refuse, naming the
     dataset, where Landlock cannot be applied (for scorers that evaluate arbitrary text)."""
 
-    def __init__(self, dataset: str, kwargs: dict, require_confinement: bool,
-                 answer_timeout_s: float = ANSWER_TIMEOUT_S):
-        self.dataset, self.answer_timeout_s = dataset, float(answer_timeout_s)
+    def __init__(self, dataset: str, kwargs: dict, require_confinement: bool, answer_timeout_s: float | None = None):
+        self.dataset = dataset
+        self.answer_timeout_s = float(ANSWER_TIMEOUT_S if answer_timeout_s is None else answer_timeout_s)
         self.home = tempfile.mkdtemp(prefix="batchscale-scorer-")
         ours, theirs = socket.socketpair()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.home, "TMPDIR": self.home,
