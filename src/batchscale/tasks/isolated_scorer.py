@@ -13,8 +13,10 @@ ANSWER_MEMORY_BYTES; CPU: the time limit; no file bytes, no processes, a few des
 line and exits; the worker kills it at `answer_timeout_s`. A child is never reused, so whatever an answer did to the
 interpreter's state dies with it.
 
-Every message is JSON (never pickle: the worker runs what answers say, so its replies are hostile input) of bounded
-size. A reply per answer: {"score": x}, {"raised": "Type: message"} (an Exception out of score_answer: a library bug,
+The trainer sends each answer with its dataset entry (pickled: the worker trusts its parent), not the entry's index:
+some datasets generate item i differently in another process (polynomial_multiplication's polynomial depends on
+Python's hash seed), so the worker scores against exactly what the model was shown. Every reply is JSON (never
+pickle: the worker runs what answers say, so its replies are hostile input) of bounded size. A reply per answer: {"score": x}, {"raised": "Type: message"} (an Exception out of score_answer: a library bug,
 which the caller reports), or {"stopped": why} (the answer hung the scorer, exhausted its memory, killed it, or raised
 SystemExit-like BaseException: the caller scores it as no answer).
 """
@@ -43,7 +45,6 @@ ANSWER_TIMEOUT_S = 10.0
 ANSWER_MEMORY_BYTES = 2 << 30
 ANSWER_OPEN_FILES = 16
 BACKSTOP_S = 30.0  # beyond the worker's own per-answer limit: a worker that stops answering is killed
-MAX_MESSAGE_BYTES = 1 << 20
 MAX_REPLY_BYTES = 4096
 SHOWN_CHARS = 80
 WARM_UP_ANSWERS = ("0", "x", "[[1, 2], [3, 4]]", "['a', 'b']", "x**2/2 + C", "1 + 2*3")
@@ -54,7 +55,8 @@ def _send(conn: Connection, obj) -> None:
     conn.send_bytes(json.dumps(obj).encode())
 
 
-def _receive(conn: Connection, limit: int = MAX_MESSAGE_BYTES):
+def _receive(conn: Connection, limit: int):
+    """A worker's reply: JSON of at most `limit` bytes (OSError beyond it)."""
     return json.loads(conn.recv_bytes(limit).decode("utf-8"))
 
 
@@ -77,8 +79,8 @@ class IsolatedScorer:
         theirs.close()
         self._conn = Connection(ours.detach())
         self._finalizer = weakref.finalize(self, _stop_worker, self._process, self._conn, self.home)
-        _send(self._conn, {"dataset": dataset, "kwargs": kwargs, "require_confinement": require_confinement,
-                           "answer_timeout_s": self.answer_timeout_s})
+        self._conn.send({"dataset": dataset, "kwargs": kwargs, "require_confinement": require_confinement,
+                         "answer_timeout_s": self.answer_timeout_s})
         reply = self._reply(START_TIMEOUT_S, "starting")
         if "ready" not in reply:
             self.close()
@@ -91,11 +93,11 @@ class IsolatedScorer:
                             "check that reasoning-gym imports in this environment")
         self.confinement = reply["ready"]
 
-    def score(self, indices: list[int], answers: list[str]) -> list[dict]:
-        """One reply per answer (module docstring), in order."""
+    def score(self, entries: list[dict], answers: list[str]) -> list[dict]:
+        """One reply per (dataset entry, answer) (module docstring), in order."""
         if self._process.poll() is not None:
             raise UserError("task.dataset", f"the scoring worker of {self.dataset!r} is no longer running", "rerun")
-        _send(self._conn, {"items": [[int(i), str(a)] for i, a in zip(indices, answers, strict=True)]})
+        self._conn.send(list(zip(entries, [str(a) for a in answers], strict=True)))
         replies = []
         for answer in answers:
             reply = self._reply(self.answer_timeout_s + BACKSTOP_S, f"scoring the answer {answer[:SHOWN_CHARS]!r}")
@@ -139,7 +141,7 @@ def _checked(reply: dict) -> dict:
 
 def _stop_worker(process, conn, home: str) -> None:
     try:
-        _send(conn, None)
+        conn.send(None)
     except (OSError, ValueError):
         pass
     try:
@@ -171,7 +173,7 @@ def serve_scorer(conn: Connection, parent_pid: int) -> None:
 
     die_with_parent(parent_pid)
     network_isolated = confinement.isolate_network()  # first: unshare needs a single-threaded process
-    request = _receive(conn)
+    request = conn.recv()  # from the trainer, our parent: trusted
     try:
         import reasoning_gym
 
@@ -197,13 +199,13 @@ def serve_scorer(conn: Connection, parent_pid: int) -> None:
     timeout_s = float(request["answer_timeout_s"])
     while True:
         try:
-            message = _receive(conn)
+            items = conn.recv()
         except (EOFError, OSError):
             return
-        if message is None:
+        if items is None:
             return
-        for index, answer in message["items"]:
-            _send(conn, score_in_child(pool, pool[index], answer, timeout_s))
+        for entry, answer in items:
+            _send(conn, score_in_child(pool, entry, answer, timeout_s))
 
 
 def score_in_child(pool, entry: dict, answer: str, timeout_s: float) -> dict:

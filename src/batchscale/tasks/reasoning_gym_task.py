@@ -60,7 +60,6 @@ class GymExample(Example):
     """An Example that carries the dataset's entry (question, answer, metadata): what its score_answer reads."""
 
     entry: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-    index: int = field(default=-1, compare=False, hash=False, repr=False)  # in the pool: what a worker scores
 
 
 def import_reasoning_gym():
@@ -162,7 +161,7 @@ class ReasoningGymTask(Task):
 
     def _example(self, index: int) -> GymExample:
         entry = self._entry(index)
-        return GymExample(self.template.replace("{question}", entry["question"]), str(entry["answer"]), entry, index)
+        return GymExample(self.template.replace("{question}", entry["question"]), str(entry["answer"]), entry)
 
     def _build_eval(self, eval_size: int) -> list[GymExample]:
         """The first eval_size held-out indices with distinct questions, in index order."""
@@ -223,8 +222,8 @@ class ReasoningGymTask(Task):
         """Scores from the confined worker; an answer that stopped its scorer gets the score of no answer ("")."""
         if self._scorer is None:
             self._scorer = IsolatedScorer(self.dataset_name, self._kwargs, self._needs_confinement)
-        indices = [ex.index for ex in examples]
-        replies = self._scorer.score(indices, answers)
+        entries = [ex.entry for ex in examples]
+        replies = self._scorer.score(entries, answers)
         stopped = [k for k, reply in enumerate(replies) if "stopped" in reply]
         if stopped:
             if not self._said_stopped:
@@ -233,7 +232,7 @@ class ReasoningGymTask(Task):
                       f"{replies[k]['stopped']}; it is scored as no answer, as is every such answer",
                       file=sys.stderr, flush=True)
                 self._said_stopped = True
-            for k, reply in zip(stopped, self._scorer.score([indices[k] for k in stopped], [""] * len(stopped))):
+            for k, reply in zip(stopped, self._scorer.score([entries[k] for k in stopped], [""] * len(stopped))):
                 replies[k] = reply if "stopped" not in reply else {"raised": f"stopped on no answer: {reply['stopped']}"}
         for reply, answer in zip(replies, answers):
             if "raised" in reply:
