@@ -402,3 +402,11 @@ def test_a_first_bare_override_whose_value_holds_a_slash_is_an_override(monkeypa
     data.write_text('{"prompt": "1+1=", "answer": "2"}\n')
     assert main(["train", f"task.path={data}", "task.name=data", "--out", str(tmp_path / "run")]) == 0
     assert seen[0].task.path == str(data) and seen[0].task.name == "data"
+
+
+def test_a_marked_run_with_its_trackers_json_is_still_batchscales(tmp_path):
+    from batchscale.rundir.ownership import check_replaceable
+
+    run = marked_run(tmp_path / "run")
+    (run / "trackers.json").write_text('{"schema_version": 1, "runs": {}}\n')  # what a run with trackers writes
+    check_replaceable(run, "run")

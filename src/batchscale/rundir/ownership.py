@@ -57,8 +57,8 @@ ANALYSIS_ENTRIES = ("analysis.json", "j_vs_samples.png", "j_vs_steps.png", "grad
                     "r_n_vs_batch.png", "report.md", "report.html", "generation_throughput.png", "training_time.png",
                     "plan.json", "profiles", *TEMPORARY_ENTRIES)
 TRACKER_ENTRIES = ("tensorboard", "wandb", "mlruns")  # telemetry.trackers' local stores
-RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "samples.jsonl", "checkpoints", "policy",
-               *TRACKER_ENTRIES, *ANALYSIS_ENTRIES)
+RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "samples.jsonl", "trackers.json",
+               "checkpoints", "policy", *TRACKER_ENTRIES, *ANALYSIS_ENTRIES)
 SWEEP_ENTRIES = ("sweep.json", "runs", "sweep.lock", "mlruns", *ANALYSIS_ENTRIES)
 PRE_MARKER_FOREIGN = ("mlruns", "wandb", "trackers.json")  # written only since the marker exists
 DIRECTORY_ENTRIES = ("checkpoints", "policy", "profiles", "runs", *TRACKER_ENTRIES, ".report-*", ".*.checkpoint-*",

@@ -39,6 +39,7 @@ import weakref
 from multiprocessing.connection import Connection
 
 from batchscale.errors import UserError
+from batchscale.tasks.rewards import stop_worker
 
 START_TIMEOUT_S = 300.0  # importing reasoning-gym and building the pool, once per run
 ANSWER_TIMEOUT_S = 10.0
@@ -140,16 +141,7 @@ def _checked(reply: dict) -> dict:
 
 
 def _stop_worker(process, conn, home: str) -> None:
-    try:
-        conn.send(None)
-    except (OSError, ValueError):
-        pass
-    try:
-        process.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    conn.close()
+    stop_worker(process, conn)
     shutil.rmtree(home, ignore_errors=True)  # ours: made by mkdtemp above
 
 

@@ -114,7 +114,7 @@ class UserReward:
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=2, env=env)  # its prints go to stderr
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._finalizer = weakref.finalize(self, _stop_worker, self._process, self._conn)
+        self._finalizer = weakref.finalize(self, stop_worker, self._process, self._conn)
         self._conn.send(spec)
         if not self._conn.poll(IMPORT_TIMEOUT_S):
             self._process.kill()
@@ -172,7 +172,8 @@ class UserReward:
         raise TypeError("a UserReward owns a worker process and cannot be pickled")
 
 
-def _stop_worker(process, conn) -> None:
+def stop_worker(process, conn) -> None:
+    """Tell a worker to stop (None), give it a second, then kill it; close the connection."""
     try:
         conn.send(None)
     except (OSError, ValueError):
