@@ -102,6 +102,8 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
     for name, value in parsed.batch_hints.items():
         if name not in fields:
             fields[name], origin[name] = value, "log"
+            if name in parsed.hint_reasons:
+                parsed.notes.append(f"{name} = {value}: {parsed.hint_reasons[name]}")
     for name, flag_value in zip(BATCH_FIELDS, (prompts_per_step, samples_per_prompt)):
         if flag_value is None:
             continue

@@ -141,6 +141,7 @@ class ParsedLog:
     logged_lr_exact: bool = True  # False when printed values are rounded (verl's 3-decimal console): no lr from them
     run_name: str | None = None  # one run of a multi-run file (W&B chart export)
     batch_hints: dict = field(default_factory=dict)  # P/G the file suggests but flags may override (TRL state)
+    hint_reasons: dict = field(default_factory=dict)  # why a hint holds, noted when the hint is used
     command_config: dict = field(default_factory=dict)  # launch options printed in the log (launch.py), flattened
     command_path: str | None = None  # where they were found, for messages
 

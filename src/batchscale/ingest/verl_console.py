@@ -51,7 +51,7 @@ VALIDATION_PRINT = re.compile(r"(?P<when>Initial|Final) validation metrics: ")
 def is_verl_console(text: str) -> bool:
     """True when some printed line of `text` is a verl console step line."""
     for line in text.split("\n")[:CONSOLE_PROBE_LINES]:
-        if any(STEP_LINE.match(segment.strip()) for segment in clean_segments(line)):
+        if any(STEP_LINE.match(segment.strip()) for _, segment in clean_segments(line)):
             return True
     return False
 
@@ -63,8 +63,9 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     unknown, unreadable, rounded, values = [], [], 0, 0
     index = 0
     printed_validation = {}  # "Initial" / "Final" -> (line number, metrics)
+    unread_configs: list[int] = []  # lines where a printed config starts that does not close or parse
     while index < len(lines):
-        number, line = lines[index]
+        number, line = lines[index][:2]
         stripped = line.strip()
         validation = VALIDATION_PRINT.search(stripped)
         if validation and not STEP_LINE.match(stripped):
@@ -83,6 +84,8 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
                     parsed.config_path = f"{path} (config printed at start-up, line {number})"
                 index = literal[1]
                 continue
+            if number not in unread_configs:
+                unread_configs.append(number)
         match = STEP_LINE.match(stripped)
         index += 1
         if not match:
@@ -104,6 +107,9 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
             metrics[key] = value
         parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
     drop_torn_last_line(parsed, text)
+    if unread_configs and not parsed.config:
+        parsed.problems.append(f"the config printed at line {unread_configs[0]} does not close or parse (a line of it "
+                               "is missing or damaged: an edited log?); it was not used")
     if not parsed.rows:
         raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
     add_printed_validation(parsed, printed_validation)
@@ -120,7 +126,7 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     return parsed
 
 
-def read_validation_print(lines: list[tuple[int, str]], index: int) -> tuple[dict, int]:
+def read_validation_print(lines: list, index: int) -> tuple[dict, int]:
     """({metric: value}, index after it) of a pprinted `"Initial validation metrics: {...}"` string starting at
     `lines[index]`; ({}, index + 1) when it cannot be read."""
     read = read_printed_string(lines, index)
