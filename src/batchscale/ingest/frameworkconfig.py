@@ -18,6 +18,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.inputs import read_input_text
+from batchscale.ingest.trl_batch import decide_trl_prompts
 
 # run descriptor field -> framework -> config keys, first present wins.
 CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -194,31 +195,6 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
     return fields
 
 
-TRL_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "num_generations")
-
-
 def derive_trl_prompts(config: dict, fields: dict, notes: list[str]) -> None:
-    """TRL's P: each optimizer step (the logged step) takes per_device_train_batch_size x gradient_accumulation_steps
-    x processes completions, generated fresh once every num_iterations passes (TRL's `_prepare_inputs` reuses a
-    generation batch num_iterations times), so P = that / num_iterations / num_generations."""
-    values = [config.get(key) for key in TRL_BATCH_KEYS]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-        missing = [key for key, v in zip(TRL_BATCH_KEYS, values) if not isinstance(v, int)]
-        notes.append(f"P not derivable from the training arguments (no {', '.join(missing)})")
-        return
-    per_device, accumulation, processes, group = values
-    iterations = config.get("num_iterations") if isinstance(config.get("num_iterations"), int) else 1
-    completions = per_device * accumulation * processes
-    if completions % (iterations * group):
-        notes.append(f"{completions} completions per optimizer step are not a whole number of groups of {group} "
-                     f"per generation ({iterations} iteration(s)); P not derived")
-        return
-    fields["prompts_per_step"] = completions // (iterations * group)
-    steps_per_generation = config.get("steps_per_generation")
-    notes.append(
-        f"P = per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x {processes} "
-        f"process(es) / num_iterations {iterations} / num_generations {group} = {fields['prompts_per_step']} "
-        "fresh prompts per optimizer step (a TRL step is one optimizer step)"
-        + (f"; one generation batch serves {steps_per_generation * iterations // accumulation} optimizer steps "
-           f"(steps_per_generation {steps_per_generation})" if isinstance(steps_per_generation, int)
-           and steps_per_generation * iterations != accumulation else ""))
+    """TRL's P from its training arguments, the batch's unit decided from the evidence (trl_batch.py)."""
+    decide_trl_prompts(config, fields, notes)
