@@ -17,6 +17,7 @@ from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
 from batchscale.ingest.inputs import input_kind
 from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
+from batchscale.ingest.runs import check_one_run
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
@@ -132,6 +133,7 @@ def safe_name(name: str) -> str:
 def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
+    check_one_run(str(path), parsed)
     normalize_legacy_verl(parsed)
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
