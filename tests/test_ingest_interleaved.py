@@ -91,3 +91,18 @@ def test_other_processes_lines_inside_a_literal_are_bounded(foreign):
     lines = clean_lines("\n".join(["(main_task pid=1) {'data': {'train_batch_size': 8,"]
                                   + ["(pid=2) noise"] * foreign + ["(main_task pid=1)           'seed': 1}}"]))
     assert (read_literal(lines, 0) is None) == (foreign > 2000)
+
+
+def test_a_dict_line_cut_by_the_process_output_continues_on_its_next_line():
+    """gsm8k/qwen2-7b-fsdp2.log (eric-haibin-lin/verl-data at 2ef0b0a, verl 0.3, 2025-05-01), lines of its config
+    as printed: the `wrap_policy` line is cut after `'min_num_params': ` and its `0}},` follows unindented."""
+    text = "\n".join([
+        "(TaskRunner pid=2664304) {'actor_rollout_ref': {'actor': {'fsdp_config': {'fsdp_size': -1,",
+        "(TaskRunner pid=2664304)                                                  'wrap_policy': {'min_num_params': ",
+        "(TaskRunner pid=2664304) 0}},",
+        "(TaskRunner pid=2664304)                                  'grad_clip': 1.0}},",
+        "(TaskRunner pid=2664304)  'data': {'train_batch_size': 1024}}",
+    ])
+    value, _ = read_literal(clean_lines(text), 0)
+    assert value["actor_rollout_ref"]["actor"]["fsdp_config"]["wrap_policy"] == {"min_num_params": 0}
+    assert value["data"]["train_batch_size"] == 1024

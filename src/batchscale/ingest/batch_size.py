@@ -21,6 +21,8 @@ import statistics
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.frameworkconfig import read_run_fields
+from batchscale.ingest.newer_frameworks import BATCH_HINTS as NEWER_BATCH_HINTS
+from batchscale.ingest.newer_frameworks import PROMPT_COUNT_KEYS, SAMPLE_COUNT_KEYS
 
 TOLERANCE = 0.05
 BATCH_FIELDS = ("prompts_per_step", "samples_per_prompt")
@@ -29,6 +31,7 @@ BATCH_HINTS = {
     "openrlhf": "--rollout_batch_size and --n_samples_per_prompt",
     "trl": "P = per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations,"
            " G = num_generations",
+    **NEWER_BATCH_HINTS,
 }
 TOKEN_KEYS = {"verl": ("perf/total_num_tokens", "prompt_length/mean", "response_length/mean")}
 SEQLEN_KEY = {"verl": "global_seqlen/mean"}  # total tokens / data-parallel ranks (verl's _balance_batch)
@@ -61,12 +64,16 @@ def logged_batch_by_step(parsed: ParsedLog) -> tuple[dict[int, float], str]:
     """({step: P x G as the log measured it}, how): per step, total tokens / (mean prompt + mean response tokens),
     the total from `perf/total_num_tokens`, else from `global_seqlen/mean` x the data-parallel ranks. A step's keys
     may sit in several rows (TensorBoard writes one scalar per event), so rows are merged by step first."""
-    keys = TOKEN_KEYS.get(parsed.style)
-    if not keys:
-        return {}, ""
     by_step: dict[int, dict] = {}
     for row in parsed.rows:
         by_step.setdefault(row.step, {}).update(row.metrics)
+    count_key = SAMPLE_COUNT_KEYS.get(parsed.style)
+    if count_key:  # the log counts the step's samples itself
+        counts = {step: value for step, m in by_step.items() if (value := number(m.get(count_key))) and value > 0}
+        return counts, count_key
+    keys = TOKEN_KEYS.get(parsed.style)
+    if not keys:
+        return {}, ""
     ranks = data_parallel_ranks({**parsed.command_config, **parsed.config})
     counts, how = {}, TOTAL_FORMULA
     for step, metrics in by_step.items():
@@ -99,6 +106,7 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
     fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
     origin = {name: "config" for name in BATCH_FIELDS if name in fields}
     merge_launch_command(parsed, fields, origin)
+    add_logged_prompts(parsed)
     for name, value in parsed.batch_hints.items():
         if name not in fields:
             fields[name], origin[name] = value, "log"
@@ -136,7 +144,9 @@ SHORT = {"prompts_per_step": "P", "samples_per_prompt": "G"}
 def missing_batch_error(parsed: ParsedLog, fields: dict, origin: dict, missing: list[str],
                         logged: tuple[float, str] | None) -> UserError:
     """The question for P or G, saying what the log does give (the logged P x G, the other of P and G)."""
-    gives = [f"P x G = {logged[0]:.0f} from the token counts ({logged[1]})"] if logged else []
+    counted = logged and logged[1] in SAMPLE_COUNT_KEYS.values()  # the log counts samples, not tokens
+    gives = [f"P x G = {logged[0]:.0f} from the logged {logged[1]}" if counted else
+             f"P x G = {logged[0]:.0f} from the token counts ({logged[1]})"] if logged else []
     gives += [f"{SHORT[name]} = {fields[name]} from {origin_name(parsed, origin, name)}" for name in BATCH_FIELDS
               if name in fields]
     flags = " or ".join(f"{flag_name(name)} {SHORT[name]}" for name in missing)
@@ -159,6 +169,15 @@ def origin_name(parsed: ParsedLog, origin: dict, name: str) -> str:
     if origin.get(name) == "log":
         return "the log"
     return source_of(parsed, origin, name)
+
+
+def add_logged_prompts(parsed: ParsedLog) -> None:
+    """P as a hint where the log counts the step's prompts (prime-rl's progress/problems) and the count is steady."""
+    key = PROMPT_COUNT_KEYS.get(parsed.style)
+    values = [v for row in parsed.rows if key and (v := number(row.metrics.get(key))) and v > 0]
+    if values and not disagree(min(values), max(values)) and "prompts_per_step" not in parsed.batch_hints:
+        parsed.batch_hints["prompts_per_step"] = round(statistics.median(values))
+        parsed.hint_reasons["prompts_per_step"] = f"the median of the logged {key}"
 
 
 def source_of(parsed: ParsedLog, origin: dict, name: str) -> str:

@@ -92,6 +92,13 @@ def continued(text: str) -> bool:
     return text[:1].isspace()
 
 
+def cut_mid_line(text: str) -> bool:
+    """Inside a literal pprint ends every line with a comma or an opening bracket; a line ending otherwise was cut by
+    the process's output (verl 0.3's console: `'wrap_policy': {'min_num_params': ` then, on the next line of the same
+    process, `0}},`), and its next line continues it whatever its indent."""
+    return not text.rstrip().endswith((",", "{", "[", "("))
+
+
 def next_of_process(lines: list, index: int, start: int) -> int | None:
     """The index of the next line after `index` printed by the process of `lines[start]`, skipping (at most
     MAX_INTERLEAVED_LINES) lines of other processes; None past the end or the limits. A line without a process
@@ -124,7 +131,7 @@ def read_literal(lines: list, start: int, opener: str = "{"):
     index = start
     while depth > 0:
         index = next_of_process(lines, index, start)
-        if index is None or not continued(lines[index][1]):
+        if index is None or not (continued(lines[index][1]) or cut_mid_line(parts[-1])):
             return None
         parts.append(lines[index][1])
         depth += bracket_balance(parts[-1])

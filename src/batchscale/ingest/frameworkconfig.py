@@ -18,6 +18,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.inputs import read_input_text
+from batchscale.ingest.newer_frameworks import CONFIG_KEYS as NEWER_CONFIG_KEYS
 from batchscale.ingest.trl_batch import decide_trl_prompts
 
 # run descriptor field -> framework -> config keys, first present wins.
@@ -46,6 +47,14 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "mini_batch_prompts": {"verl": ("actor_rollout_ref.actor.ppo_mini_batch_size",), "openrlhf": (), "trl": ()},
     "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
+for _style, _fields in NEWER_CONFIG_KEYS.items():
+    for _field, _keys in _fields.items():
+        CONFIG_KEYS[_field][_style] = _keys
+# verl's fully-async trainer (experimental/fully_async_policy, b178a3c): data.train_batch_size is 0, and one logged
+# step (a parameter version) trains trigger_parameter_sync_step x require_batches mini-batches of
+# ppo_mini_batch_size prompts (docs/advance/fully_async.md)
+FULLY_ASYNC_KEYS = ("async_training.trigger_parameter_sync_step", "async_training.require_batches",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size")
 HYDRA_LEVELS_UP = 3
 MAX_CONFIG_BYTES = 16 * 2**20
 MAX_CONFIG_KEYS = 100_000
@@ -187,6 +196,8 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
             break
     if style == "trl" and "prompts_per_step" not in fields:
         derive_trl_prompts(config, fields, notes)
+    if style == "verl" and not fields.get("prompts_per_step") and all(key in config for key in FULLY_ASYNC_KEYS):
+        derive_fully_async_prompts(config, fields, notes)
     if style == "verl" and "samples_per_prompt" not in fields and "actor_rollout_ref.rollout.name" in config \
             and "actor_rollout_ref.rollout.n" not in config:
         fields["samples_per_prompt"] = 1
@@ -198,3 +209,18 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
 def derive_trl_prompts(config: dict, fields: dict, notes: list[str]) -> None:
     """TRL's P from its training arguments, the batch's unit decided from the evidence (trl_batch.py)."""
     decide_trl_prompts(config, fields, notes)
+
+
+def derive_fully_async_prompts(config: dict, fields: dict, notes: list[str]) -> None:
+    """P of one logged step of verl's fully-async trainer (FULLY_ASYNC_KEYS): the prompts of the mini-batches it
+    trains between two parameter syncs; updates_per_step follows from mini_batch_prompts."""
+    try:
+        trigger, require, mini_batch = (int(config[key]) for key in FULLY_ASYNC_KEYS)
+    except (TypeError, ValueError):
+        return
+    if min(trigger, require, mini_batch) < 1:
+        return
+    fields["prompts_per_step"] = trigger * require * mini_batch
+    notes.append(f"fully-async verl: a logged step is one parameter version, trigger_parameter_sync_step {trigger} x "
+                 f"require_batches {require} x ppo_mini_batch_size {mini_batch} = {fields['prompts_per_step']} prompts "
+                 "(data.train_batch_size is not used)")

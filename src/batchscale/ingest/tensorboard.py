@@ -137,8 +137,9 @@ def read_event_file(file: Path, name: str, tensor_util, problems: list[str]) -> 
     return Piece(name=name, rows=rows, start_time_s=start_time_s, config=config_from_texts(texts))
 
 
-def read_tensorboard(path: Path) -> ParsedLog:
-    """Parse a run's event files into rows and detect the key style; files of several runs are refused (runs.py)."""
+def read_tensorboard(path: Path, style: str | None = None) -> ParsedLog:
+    """Parse a run's event files into rows and detect the key style (unless `style` names it); files of several runs
+    are refused (runs.py)."""
     files = find_event_files(path)
     tensor_util = load_tensorboard()[3]
     problems: list[str] = []
@@ -148,7 +149,10 @@ def read_tensorboard(path: Path) -> ParsedLog:
     if not pieces:
         raise UserError(str(path), "no scalar events: the event files are empty or hold no scalars",
                         "pass the TensorBoard directory of a run that logged at least one step")
-    style, trl_rewritten = detect_style({tag for piece in pieces for row in piece.rows for tag in row.metrics})
+    detected, trl_rewritten = detect_style({tag for piece in pieces for row in piece.rows for tag in row.metrics})
+    if style is not None:
+        detected, trl_rewritten = style, False
+    style = detected
     if not style:
         raise UserError(str(path), "no tag matches verl, OpenRLHF or TRL names",
                         "check the run's logger; the recognised tags are listed in docs/IMPORT.md")
