@@ -4,9 +4,10 @@ style (newer_frameworks.py):
 - a TensorBoard directory or event file (SkyRL's `_TensorboardAdapter`, NeMo-RL's and xtuner's TensorBoard loggers:
   one scalar per tag and step) -> tensorboard.read_tensorboard;
 - a W&B history export (`.csv`: every framework here logs to W&B) -> wandb_csv.read_wandb_csv;
-- a flat JSONL, one object per line with its `step` (prime-rl's FileMonitor `{"step", "time", ...}`, xtuner's
-  `exp_tracking/tracker.jsonl`, one line per `add_scalars` call, so a step may span lines: they are merged), a
-  `time` (epoch seconds) read as the row's timestamp.
+- a flat JSONL, one object per line with its `step` (xtuner's `exp_tracking/tracker.jsonl`, one line per
+  `add_scalars` call, so a step may span lines: they are merged; prime-rl's FileMonitor, v0.8 on, writes
+  `{"step", "time", ...}` too, in keys renamed after the v0.5.0 map), a `time` (epoch seconds) read as the row's
+  timestamp.
 
 The style is the FORMAT's, not detected: the user says which framework wrote the log. A line that is not a JSON
 object, or lacks its step, is an error naming it (a damaged middle would shift the sample axis); a truncated last

@@ -1,7 +1,7 @@
 """The key maps of the frameworks users moved to: SkyRL, prime-rl, NeMo-RL and xtuner, each from its own code at a
 named version (docs/IMPORT.md, "Versions checked"). common.py merges them into its one table, so every reader and
-the record builder treat them like verl, OpenRLHF and TRL; they arrive as a flat JSONL (prime-rl's FileMonitor,
-xtuner's `exp_tracking/tracker.jsonl`), TensorBoard events or a W&B history export (newer_formats.py).
+the record builder treat them like verl, OpenRLHF and TRL; they arrive as a flat JSONL (xtuner's
+`exp_tracking/tracker.jsonl`), TensorBoard events or a W&B history export (newer_formats.py).
 
 - SkyRL (NovaSky-AI/SkyRL `a956457`, skyrl_train v0.4.0+516; skyrl/train/trainer.py `fit`, evaluate.py,
   generators/utils.py): `Tracking.log(all_metrics | timing/<Timer name>, step=global_step)`, the step also as
