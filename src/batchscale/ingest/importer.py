@@ -15,8 +15,11 @@ from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
 from batchscale.ingest.inputs import input_kind
+from batchscale.ingest.newer_formats import newer_reader
+from batchscale.ingest.newer_frameworks import STEP_KEYS_BY_FRAMEWORK
 from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
+from batchscale.ingest.runs import check_one_run
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
@@ -31,7 +34,7 @@ def read_openrlhf(path: Path) -> ParsedLog:
 
 
 READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
-           "wandb-csv": read_wandb_csv}
+           "wandb-csv": read_wandb_csv, **{style: newer_reader(style) for style in STEP_KEYS_BY_FRAMEWORK}}
 STREAMED_NOT = ("tensorboard",)  # formats whose reader needs a regular file (TFRecord reader, by name)
 MULTI_RUN_FORMATS = ("wandb-csv",)  # a chart export may hold several runs: OUT is then their parent
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
@@ -132,6 +135,7 @@ def safe_name(name: str) -> str:
 def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
+    check_one_run(str(path), parsed)
     normalize_legacy_verl(parsed)
     load_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)

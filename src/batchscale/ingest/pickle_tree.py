@@ -10,7 +10,9 @@ dataclasses (`AcceleratorConfig`, accelerate's `PartialState`) the same way, and
 
 In the tree, an object is an `Instance(cls, args, state)` and a global only a `Global(module, name)` name. A call
 (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) of anything outside ALLOWED_MODULES and ALLOWED_GLOBALS (configuration classes and enums
-of transformers, TRL, accelerate, peft; `torch.device`, `OrderedDict`, `set`, paths, `timedelta`) is refused with an error naming it,
+of transformers, TRL, accelerate, peft, Unsloth's compiled trainers (`UnslothGRPOTrainer.UnslothGRPOConfig`), vLLM's
+`SamplingParams` (an Unsloth config field); `torch.device`, `OrderedDict`, `set`, paths, `timedelta`) is refused with
+an error naming it,
 so a crafted file (`__reduce__` returning `os.system`) is rejected, and even then nothing would have run. Opcodes
 outside the table (extension registry, `PERSID`: tensors) are refused too. Sizes are capped.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import io
 import pickletools
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,11 @@ from batchscale.ingest.inputs import read_input_bytes
 
 MAX_FILE_BYTES = 32 * 2**20  # a training_args.bin is a few kB
 MAX_OPCODES = 200_000
-ALLOWED_MODULES = ("transformers.", "trl.", "accelerate.", "peft.")
+ALLOWED_MODULES = ("transformers.", "trl.", "accelerate.", "peft.", "unsloth.", "unsloth_zoo.",
+                   "unsloth_compiled_cache.", "vllm.sampling_params")
+# Unsloth compiles its config classes (UnslothGRPOConfig, a subclass of TRL's GRPOConfig) into a module of the same
+# name as the trainer, imported from unsloth_compiled_cache/ on sys.path: pickled as `UnslothGRPOTrainer`
+UNSLOTH_COMPILED = re.compile(r"^Unsloth\w*Trainer$")
 ALLOWED_GLOBALS = frozenset({("torch", "device"), ("collections", "OrderedDict"), ("builtins", "set"),
                              ("builtins", "frozenset"), ("datetime", "timedelta"),  # value types, never code
                              ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath")})
@@ -54,7 +61,8 @@ class Instance:
 
 def allowed(callable_) -> bool:
     return isinstance(callable_, Global) and (callable_.module.startswith(ALLOWED_MODULES) or
-                                              (callable_.module, callable_.name) in ALLOWED_GLOBALS)
+                                              (callable_.module, callable_.name) in ALLOWED_GLOBALS or
+                                              bool(UNSLOTH_COMPILED.match(callable_.module)))
 
 
 def read_pickle_bytes(path: Path) -> bytes:

@@ -68,7 +68,8 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
     run = read_run(Path(run_dir))
     b_noise = summarize_noise_scale(run.steps)
     if b_noise is None:
-        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)",
+        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)"
+                        + describe_variance_proxy(run.steps),
                         "train the run with this batchscale (every run logs it when an update holds two prompt "
                         "groups), or plan from a sweep")
     measured = measure_run_throughput(run)
@@ -133,6 +134,21 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
                                         "each carried from the run's median phase times after the first step"]),
         "rows": rows,
     })
+
+
+def describe_variance_proxy(steps: list[dict]) -> str:
+    """What an imported verl run's variance_proxy/* say and why they are no B_noise (docs/IMPORT.md), "" without."""
+    medians = {}
+    for name in ("proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise"):
+        values = sorted(s[f"variance_proxy/{name}"] for s in steps if f"variance_proxy/{name}" in s)
+        if values:
+            medians[name] = values[len(values) // 2]
+    if not medians:
+        return ""
+    shown = ", ".join(f"{name} {value:.3g}" for name, value in medians.items())
+    return (f"; it logs verl's variance_proxy/* (medians: {shown}), a forward-pass signal (advantages^2 x a "
+            "logit-space score norm, over ||g||^2 in parameter space), not the parameter-gradient noise B_noise "
+            "measures, so it is not used")
 
 
 def unresolved_reason(b_noise, samples_per_step: int) -> str | None:
