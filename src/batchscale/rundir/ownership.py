@@ -61,15 +61,15 @@ RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "samp
                "checkpoints", "policy", *TRACKER_ENTRIES, *ANALYSIS_ENTRIES)
 SWEEP_ENTRIES = ("sweep.json", "runs", "sweep.lock", "mlruns", *ANALYSIS_ENTRIES)
 PRE_MARKER_FOREIGN = ("mlruns", "wandb", "trackers.json")  # written only since the marker exists
-DIRECTORY_ENTRIES = ("checkpoints", "policy", "profiles", "runs", *TRACKER_ENTRIES, ".report-*", ".*.checkpoint-*",
-                     ".*.saving-*", ".*.replaced-*")  # what may be a directory at the top level
+DIRECTORY_ENTRIES = ("checkpoints", "policy", "profiles", "runs", "configs", *TRACKER_ENTRIES, ".report-*",
+                     ".*.checkpoint-*", ".*.saving-*", ".*.replaced-*")  # what may be a directory at the top level
 CHECKPOINT_ENTRIES = ("step-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]", ".step-*.checkpoint-*")
-FLAT_DIRECTORIES = {"checkpoints": CHECKPOINT_ENTRIES, "policy": ("*",)}  # name -> what it holds (of regular files)
+FLAT_DIRECTORIES = {"checkpoints": CHECKPOINT_ENTRIES, "policy": ("*",), "configs": ("*.toml",)}  # name -> what it holds (of regular files)
 KIND_ENTRIES = {
     "run": RUN_ENTRIES,
     "sweep": SWEEP_ENTRIES,
     "demo": (*SWEEP_ENTRIES, "sweep.toml", "demo.json"),
-    "export": ("*.sh", "README.md", "sweep.json", ".*.tmp"),
+    "export": ("*.sh", "*.sky.yaml", "sweep.sbatch", "configs", "README.md", "sweep.json", ".*.tmp"),
     "analysis": ANALYSIS_ENTRIES,
 }
 
