@@ -158,6 +158,7 @@ class MicroBatchNorms:
 
     def discard(self) -> None:
         self.increment, self.grad_sq, self.closed = [], None, []
+        self.queued = False  # a backward that raised never ran its end-of-backward callback
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -247,8 +248,9 @@ def check_setup(args, model) -> str:
     fsdp_model = type(model).__name__ == "FullyShardedDataParallel" or any(
         type(p).__name__ == "DTensor" for p in model.parameters())
     if getattr(args, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" or fsdp_model:
-        raise UserError("GradientNoiseCallback", "FSDP reduce-scatters each gradient inside the backward, so no "
-                        "process holds a micro-batch's whole gradient", FIX_MEASURE)
+        raise UserError("GradientNoiseCallback", "FSDP (or another sharding of the parameters into DTensors) "
+                        "reduce-scatters each gradient inside the backward, so no process holds a micro-batch's whole "
+                        "gradient", FIX_MEASURE)
     if getattr(args, "fp16", False):
         raise UserError("fp16", "the gradients carry the fp16 loss scale, which changes between steps",
                         "train with bf16 or float32 while measuring the gradient noise")
@@ -336,7 +338,7 @@ class GradientNoiseCallback(TrainerCallback):
             return
         entry = state.log_history[-1] if state is not None and state.log_history else None
         summary = self.window_summary()
-        if entry is not None and all(entry.get(key) == value for key, value in logs.items()):
+        if entry is not None and all(entry.get(key) is value for key, value in logs.items()):  # the same values
             entry.update(summary)  # the dict trainer_state.json is written from
         logs.update(summary)  # what the callbacks after this one see
 
