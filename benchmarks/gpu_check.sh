@@ -26,7 +26,7 @@
 #   GPU_CHECK_DEVICE     cuda (default), or cpu for the CPU rehearsal (benchmarks/gpu_rehearsal.py)
 #   GPU_CHECK_SIZE       full (default), or small: the rehearsal's sizes
 #   GPU_CHECK_WORK       scratch folder for logs, results, runs and caches (default: a new one under /tmp)
-#   GPU_CHECK_QWEN_MODEL the model of the qwen stages (default examples/models/qwen2.5-0.5b)
+#   GPU_CHECK_QWEN_MODEL the model of the qwen stages (default examples/models/qwen2.5-0.5b; small: llama-10m)
 #   GPU_CHECK_HARDWARE   the preset the profiles compare with (default: the detected GPU's)
 #   GPU_CHECK_LIMIT_SCALE  multiplies every stage's limit (default 1; the rehearsal's 2 shared CPU cores need more)
 set -u -o pipefail
