@@ -70,6 +70,21 @@ def test_greedy_equals_hf_generate(which, prompts, request):
     assert got.texts == expected.texts
 
 
+def test_hf_counts_decode_steps_as_the_engine_does(random_policy, prompts):
+    """The first token of every response comes from the prefill forward: a static batch whose longest response has L
+    tokens ran L - 1 decode steps, and with every prompt in flight at once the engine runs exactly as many (the decode
+    bandwidth of `profile generation` multiplies weight bytes by this count)."""
+    params = SamplingParams(max_new_tokens=7, greedy=True)
+    hf = build_engine("hf", random_policy).generate(prompts, params)
+    engine = build_engine("engine", random_policy, max_concurrency=len(prompts)).generate(prompts, params)
+    lengths = [len(r) for r in hf.response_ids]
+    assert hf.stats["decode_steps"] == max(lengths) - 1 == engine.stats["decode_steps"]
+    assert hf.stats["prefill_steps"] == 1
+    decoded = [sum(1 for n in lengths if n > s) for s in range(1, max(lengths))]  # rows producing token s
+    assert hf.stats["active_mean"] == pytest.approx(sum(decoded) / len(decoded))
+    assert hf.stats["active_mean"] == pytest.approx(engine.stats["active_mean"])
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_logprobs_match_training_forward(random_policy, prompts, greedy):
     torch.manual_seed(0)

@@ -363,6 +363,8 @@ class TrainingProfile(Document):
     rows: list[TrainingRow] = Field(min_length=1)
     fit: TrainingCostFit | None
     roofline: TrainingRoofline | None = None  # with --hardware (a CUDA device's detected preset by default)
+    # --prompt-tokens / --response-tokens (None: the task's own samples); a length not given is the task's
+    synthetic_lengths: dict[str, int | None] | None = None
 
 
 # --- reading and writing --------------------------------------------------------------------------------------------

@@ -88,6 +88,8 @@ def print_training_table(result: dict) -> None:
              f"{result['compute_dtype']} arithmetic) on "
              f"{result['device']}, {result['threads']} threads; matmul peak {result['peak_flops_per_s'] / 1e9:.1f} "
              f"GFLOP/s")
+    if result.get("synthetic_lengths"):
+        title += "; random tokens: " + ", ".join(f"{k} {v}" for k, v in result["synthetic_lengths"].items() if v)
     table = Table(title=title, caption=caption)
     for column in ["batch", "tokens", "median s", "tok/s", "samples/s", "GFLOP/s", "utilization"]:
         table.add_column(column, justify="right")
@@ -136,6 +138,10 @@ def training(
     micro_batch_size: Annotated[Optional[int], typer.Option(help="sequences per forward/backward; must divide "
                                                                  "every batch (default: the whole batch)")] = None,
     repeats: Annotated[int, typer.Option(help="timed updates per batch (median reported)")] = 3,
+    prompt_tokens: Annotated[Optional[int], typer.Option(help="random prompts of this many tokens (default: the "
+                                                              "task's, a few)")] = None,
+    response_tokens: Annotated[Optional[int], typer.Option(help="random responses of this many tokens, <eos> last "
+                                                                "(default: the task's answers, a few)")] = None,
     dtype: Annotated[str, typer.Option(help="weights: float32 or bfloat16")] = "float32",
     compute_dtype: Annotated[str, typer.Option(help="arithmetic: auto (bf16 autocast where bf16 is native), float32 "
                                                     "or bfloat16 (autocast over float32 weights)")] = "auto",
@@ -153,5 +159,5 @@ def training(
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
                               log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype,
-                              hardware=hardware)
+                              hardware=hardware, prompt_tokens=prompt_tokens, response_tokens=response_tokens)
     show(result, json_out, print_training_table)

@@ -7,7 +7,11 @@ region is what the trainer's `train` phase does for a single-pass GRPO step: `ac
 micro-batches (forward, clipped surrogate, backward) then `clip_and_step` (gradient clipping and an AdamW step). The
 advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
 Each B gets one untimed warm-up update (it also allocates the optimizer state), then `repeats` timed updates with timers
-that synchronize the device; the median is reported.
+that synchronize the device; the median is reported. The built-in task's samples are ~11 tokens long, far shorter than
+RL responses (hundreds to thousands of tokens): on a GPU such an update is a few small matmuls per layer, its time is
+kernel launches and the optimizer step, and its utilization says nothing about the lengths a run trains on.
+`--prompt-tokens` / `--response-tokens` replace the prompts / responses by random tokens of exactly those lengths
+(the response's last one <eos>), so the update has the shape of a realistic rollout batch.
 
 Per B: seconds, tokens/s and samples/s, where tokens = prompt + response tokens of the batch (padding excluded;
 `padded_tokens` counts what the micro-batches actually compute). The cost law time_s = a + b * tokens is fitted with
@@ -44,17 +48,42 @@ from batchscale.train.progress import in_long_phase
 PEAK_DTYPES = ("float32", "bfloat16")
 
 
-def build_batch(policy, task, batch: int, seed: int, device):
-    """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts."""
+def build_batch(policy, task, batch: int, seed: int, device, prompt_tokens: int | None = None,
+                response_tokens: int | None = None):
+    """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts; with
+    `prompt_tokens` / `response_tokens`, random ordinary tokens of exactly that length instead (responses end in <eos>)."""
     import numpy as np
 
     from batchscale.policy.sequences import collate
 
     tok = policy.tokenizer
     examples = task.sample_train(np.random.default_rng(seed), batch)
-    prompt_ids = [list(ids) for ids in tok(policy.format_prompts([e.prompt for e in examples]))["input_ids"]]
-    response_ids = [tok(e.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for e in examples]
+    ordinary = np.setdiff1d(np.arange(len(tok)), tok.all_special_ids)  # never pad, <eos> or <bos> mid-sequence
+    rng = np.random.default_rng([seed, 1])  # its own stream: the task's draws stay those of the default batch
+
+    def random_ids(length: int) -> list[list[int]]:
+        return rng.choice(ordinary, size=(batch, length)).tolist()
+
+    if prompt_tokens is None:
+        prompt_ids = [list(ids) for ids in tok(policy.format_prompts([e.prompt for e in examples]))["input_ids"]]
+    else:
+        prompt_ids = random_ids(prompt_tokens)
+    if response_tokens is None:
+        response_ids = [tok(e.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for e in examples]
+    else:
+        response_ids = [ids + [tok.eos_token_id] for ids in random_ids(response_tokens - 1)]
     return collate(prompt_ids, response_ids, tok.pad_token_id, device)
+
+
+def validate_lengths(prompt_tokens: int | None, response_tokens: int | None, max_positions: int | None = None) -> None:
+    """Synthetic lengths are >= 1 and, once the model is known, fit its positions."""
+    for option, value in (("--prompt-tokens", prompt_tokens), ("--response-tokens", response_tokens)):
+        if value is not None and value < 1:
+            raise UserError(option, f"must be >= 1, got {value}", f"pass {option} 1 or more, or omit it")
+    total = (prompt_tokens or 0) + (response_tokens or 0)
+    if max_positions and total > max_positions:
+        raise UserError("--response-tokens", f"prompt + response = {total} tokens exceed the model's "
+                        f"{max_positions} positions (max_position_embeddings)", "pass shorter lengths")
 
 
 def measure_matmul_rates(dtype: str, m: int, k: int, n: int, device="cpu", repeats: int = 7,
@@ -155,7 +184,8 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
 @in_long_phase("profiling training (time per update vs batch)")
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
-                     log=print, compute_dtype: str = "auto", hardware: str | None = None) -> TrainingProfile:
+                     log=print, compute_dtype: str = "auto", hardware: str | None = None,
+                     prompt_tokens: int | None = None, response_tokens: int | None = None) -> TrainingProfile:
     """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
     import torch
     from pydantic import ValidationError
@@ -169,6 +199,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     from batchscale.train.precision import COMPUTE_DTYPES, resolve_training_dtype
 
     validate_micro_batch(batches, micro_batch_size)
+    validate_lengths(prompt_tokens, response_tokens)
     if repeats < 1:
         raise UserError("repeats", f"must be >= 1, got {repeats}", "pass --repeats 1 or more")
     resolve_device(device, "--device")  # before the model loads
@@ -192,7 +223,10 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     arithmetic_name = str(arithmetic).removeprefix("torch.")
     optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 
-    sequence_batches = {b: build_batch(policy, task, b, seed, device) for b in batches}
+    validate_lengths(prompt_tokens, response_tokens, getattr(policy.model.config, "max_position_embeddings", None))
+    sequence_batches = {b: build_batch(policy, task, b, seed, device, prompt_tokens, response_tokens) for b in batches}
+    synthetic = ({"prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
+                 if prompt_tokens or response_tokens else None)
     largest = sequence_batches[batches[-1]]
     micro_tokens = int(largest.attention_mask.sum()) * (micro_batch_size or len(largest)) // len(largest)
     shape = matmul_shape(policy.model, micro_tokens)
@@ -247,4 +281,5 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         threads=torch.get_num_threads(), micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
         peak_flops_per_s=peak, peaks=peaks, peak_matmul_shape=list(shape),
         rows=rows, fit=fit, roofline=roofline,
+        synthetic_lengths=synthetic,
     )
