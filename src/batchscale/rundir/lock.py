@@ -13,6 +13,12 @@ A lock naming another host is never taken over, because this host cannot see whe
 system whose locks do not span hosts would otherwise let two sweeps in); nor is one whose pid still lives on this host
 although its flock is free (a file system without working locks): both are refused with the fix of removing the file
 by hand once the named process is gone. The holder removes the file when it releases the lock.
+
+What a killed writer of a run left beside it (SIGKILL during `train --overwrite` or `import`: its staging directory
+`.<run>.training-PID-TOKEN` or `.<run>.writing-PID-TOKEN`, files.staged_directory) is removed by the next process that
+takes the run's lock (`RunLock.acquire`, `clear_dead_stagings`): holding the lock, no live writer of this run exists,
+and each one removed names a pid that is no longer alive on this host. An earlier run a kill caught mid-swap
+(`.<run>.replaced-PID-TOKEN` with no `<run>`) is put back in place, never removed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -174,3 +182,31 @@ class RunLock(SweepLock):
         self.path = run_lock_path(run_dir)
         self.target = run_dir
         self._fd = None
+        self.cleared: list[Path] = []  # what a killed writer of the run had left, removed on acquire
+
+    def acquire(self) -> None:
+        super().acquire()
+        self.cleared = clear_dead_stagings(self.target)
+
+
+DEAD_STAGING = r"\.{name}\.(?P<purpose>training|writing|replaced)-(?P<pid>\d+)-[0-9a-f]{{8}}"
+
+
+def clear_dead_stagings(run_dir: Path) -> list[Path]:
+    """Remove the staging directories a killed writer of `run_dir` left beside it, and put back an earlier run a kill
+    caught between the two renames of its swap (see the module docstring); call while holding the run's lock.
+    Returns what was removed or put back."""
+    pattern = re.compile(DEAD_STAGING.format(name=re.escape(run_dir.name)))
+    found = []
+    for path in sorted(run_dir.parent.iterdir()) if run_dir.parent.is_dir() else []:
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not pid_alive(int(match["pid"])):
+            found.append((match["purpose"], path))
+    cleared = []
+    for purpose, path in found:
+        if purpose == "replaced" and not os.path.lexists(run_dir):
+            path.rename(run_dir)  # the earlier run, whose replacement never took its place
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        cleared.append(path)
+    return cleared
