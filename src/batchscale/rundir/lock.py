@@ -189,7 +189,7 @@ class RunLock(SweepLock):
         self.cleared = clear_dead_stagings(self.target)
 
 
-DEAD_STAGING = r"\.{name}\.(?P<purpose>training|writing|replaced)-(?P<pid>\d+)-[0-9a-f]{{8}}"
+DEAD_STAGING = r"\.{name}\.(?P<purpose>training|writing|replaced)-(?P<pid>\d{{1,9}})-[0-9a-f]{{8}}"  # unique_suffix
 
 
 def clear_dead_stagings(run_dir: Path) -> list[Path]:
