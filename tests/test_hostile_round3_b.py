@@ -361,7 +361,10 @@ PICKLE_CASES = [
     ("a million keys through shared dicts",
      training_args(BATCH_FIELDS + b"(" + b"".join(text_op(f"o{i}") + b"h\x00" for i in range(1000)) + b"u",
                    wide_dicts()), "expands to more than 100,000 values"),
-    ("a 5,000-digit batch size", training_args(setitem("per_device_train_batch_size", int_op(10**5000))),
+    ("a 5,000-digit batch size", training_args(
+        setitem("per_device_train_batch_size", int_op(10**5000)) + setitem("generation_batch_size", int_op(10**5000))
+        + b"".join(setitem(k, int_op(1)) for k in ("gradient_accumulation_steps", "steps_per_generation",
+                                                      "num_iterations")) + setitem("num_generations", int_op(2))),
      "it holds an integer of 16,610 bits"),
     ("a zip bomb", zipped(b"\x80\x02" + b"N" * (40 * 2**20) + b".", zipfile.ZIP_DEFLATED),
      "declares 41,943,043 bytes, more than the 33,554,432"),
@@ -472,8 +475,7 @@ def test_gns_terms_that_are_text_are_an_error_naming_the_key(tmp_path, capsys):
     run = synthetic_run(tmp_path / "run")
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for record in records:
-        if "gns/grad_sq" in record:
-            record["gns/grad_sq"] = str(record["gns/grad_sq"])
+        record.update({key: str(value) for key, value in record.items() if key.startswith("gns/")})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     refused(capsys, ["predict", run], "metrics.jsonl line 2", "gns/grad_sq", "is not a number or null")
 
