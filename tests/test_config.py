@@ -96,3 +96,12 @@ def test_existing_run_dir_is_refused_before_compute(tmp_path, capsys):
     (tmp_path / "run.json").write_text("{}")  # a run of an earlier batchscale: run.json, metrics.jsonl, nothing else
     assert main(["train", "--out", str(tmp_path), "--set", "run.budget_samples=128"]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_an_inline_table_merges_into_nested_sections_and_replaces_a_table_value():
+    from batchscale.config import apply_overrides
+
+    data = {"run": {"out_dir": "runs/x", "seed": 3}, "task": {"eval_size": 8, "params": {"a": 1}}}
+    merged = apply_overrides(data, ["run={budget_samples=1024}", "task={eval_size=4, params={b=2}}"])
+    assert merged == {"run": {"out_dir": "runs/x", "seed": 3, "budget_samples": 1024},
+                      "task": {"eval_size": 4, "params": {"b": 2}}}

@@ -191,3 +191,34 @@ def test_documents_round_trip_and_name_the_bad_key(tmp_path):
     (tmp_path / "newer.json").write_text(json.dumps({**document.to_json(), "schema_version": 7}))
     with pytest.raises(UserError, match="newer than this batchscale"):
         read_document(tmp_path / "newer.json", AnalysisDocument)
+
+
+def test_capped_lines_keep_a_line_at_the_cap_and_refuse_one_past_it(tmp_path):
+    from batchscale.files import TooLarge, iter_lines_capped
+
+    path = tmp_path / "lines"
+    path.write_bytes(b"x" * 8 + b"\n" + b"yy\n" + b"torn")
+    assert [(i, o, line, ended) for i, o, line, ended in iter_lines_capped(path, 100, 8)] == [
+        (0, 0, b"x" * 8, True), (1, 9, b"yy", True), (2, 12, b"torn", False)]
+    with pytest.raises(TooLarge, match="line 1 is longer than the 7 bytes"):
+        list(iter_lines_capped(path, 100, 7))
+    with pytest.raises(TooLarge, match="holds 16 bytes, more than the 15"):
+        list(iter_lines_capped(path, 15, 8))
+
+
+def test_os_error_of_finds_the_errno_inside_a_library_error():
+    import errno
+
+    from batchscale.files import os_error_of
+
+    rust = type("SafetensorError", (Exception,), {})("Error while serializing: I/O error: No space left on device "
+                                                      "(os error 28)")
+    assert os_error_of(rust).errno == errno.ENOSPC
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "quota")
+        except OSError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert os_error_of(outer).errno == errno.EDQUOT
+    assert os_error_of(ValueError("no errno here")) is None

@@ -410,10 +410,17 @@ def parse_override(item: str, field: str = "--set") -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except ValueError as e:  # valid TOML that Python will not build: an integer of more than 4,300 digits
+        raise UserError(f"{field} {key.strip()}", f"its value cannot be read ({str(e).split(';')[0]})",
+                        "give a value in the range the key allows") from None
     return key.strip().split("."), value
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Each `dotted.key=value` set in `data`. An inline table given to a section (`run={budget_samples=8}`) is
+    merged into it key by key, as if each were set alone: a --set changes what it names and never drops the
+    section's other keys (the file's run.out_dir, say). A table given to a key whose value is a table
+    (`task.params={...}`) replaces it: that table is one value."""
     for item in overrides:
         path, value = parse_override(item)
         node = data
@@ -421,8 +428,28 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise UserError("--set", f"{item!r}: {part} is a value, not a section", "override a leaf key")
-        node[path[-1]] = value
+        merge_value(node, path, value)
     return data
+
+
+def merge_value(node: dict, path: list[str], value) -> None:
+    """node[path[-1]] = value, merged key by key where path names a section of Config (apply_overrides)."""
+    key = path[-1]
+    if isinstance(value, dict) and isinstance(node.get(key), dict) and is_section(path):
+        for inner, item in value.items():
+            merge_value(node[key], [*path, inner], item)
+    else:
+        node[key] = value
+
+
+def is_section(path: list[str]) -> bool:
+    model: type[BaseModel] = Config
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return False
+        model = field.annotation
+    return True
 
 
 def validate_config(data: dict, min_samples_per_prompt: int = 1) -> Config:
@@ -442,6 +469,9 @@ def read_toml(path: Path) -> dict:
         return tomllib.loads(read_text_utf8(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(str(path), f"is not valid TOML ({e})", "fix the syntax at the line named") from None
+    except ValueError as e:  # valid TOML that Python will not build: an integer of more than 4,300 digits
+        raise UserError(str(path), f"holds a value that cannot be read ({str(e).split(';')[0]})",
+                        "give every key a value in the range it allows") from None
 
 
 def load_config(path: Path | None, overrides: list[str] = (), min_samples_per_prompt: int | None = None) -> Config:

@@ -41,7 +41,7 @@ from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
 from batchscale.ingest.frameworkconfig import flatten_mapping
 from batchscale.ingest.inputs import read_input_text
-from batchscale.ingest.pickle_tree import plain, read_pickle_tree
+from batchscale.ingest.pickle_tree import TreeTooLarge, plain, read_pickle_tree
 from batchscale.ingest.trl_batch import COMPLETE, VERSION
 from batchscale.rundir.run import GNS_STEP_KEYS
 
@@ -136,7 +136,11 @@ def read_training_args(args_path: Path, parsed: ParsedLog) -> None:
     if not args_path.is_file():  # a pipe or device of that name is not the Trainer's file
         return
     tree = read_pickle_tree(args_path)
-    args = plain(tree)
+    try:
+        args = plain(tree)
+    except TreeTooLarge as e:
+        raise UserError(str(args_path), f"{e}; refused, nothing in it was run",
+                        "pass the training_args.bin a Hugging Face / TRL Trainer saved") from None
     if not isinstance(args, dict) or "per_device_train_batch_size" not in args:
         parsed.notes.append(f"{args_path} holds no training arguments ({getattr(tree, 'cls', type(tree).__name__)}); "
                             "ignored")

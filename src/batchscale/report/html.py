@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 
 from batchscale.analysis.prediction import closing_note
+from batchscale.files import TooLarge, read_bytes_capped, too_large
 from batchscale.markup import html_text
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
@@ -41,8 +42,16 @@ table.samples td.said { white-space: pre-wrap; font-family: ui-monospace, monosp
 """
 
 
+MAX_FIGURE_BYTES = 64 * 2**20  # a PNG the analysis drew is a few hundred kB
+
+
 def image_data_uri(figure: Figure) -> str:
-    return "data:image/png;base64," + base64.b64encode(figure.path.read_bytes()).decode("ascii")
+    """The PNG inlined; read under a cap, since a figure reused from the sweep directory is a file like any other."""
+    try:
+        data = read_bytes_capped(figure.path, MAX_FIGURE_BYTES)
+    except TooLarge as e:
+        raise too_large(figure.path, e) from None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def render_table(header: list[str], rows: list[tuple[str | None, list[str]]], table_id: str) -> str:

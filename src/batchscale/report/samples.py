@@ -19,7 +19,7 @@ from batchscale.errors import DataWarning
 from batchscale.markup import html_text, inert
 from batchscale.rundir import find_run_dirs
 from batchscale.rundir.run import read_descriptor
-from batchscale.rundir.samples import SampleRow, read_samples
+from batchscale.rundir.samples import SampleRow, first_and_last_evals
 
 MAX_CHARS = 200
 NEWLINE = "\u21b5"
@@ -60,7 +60,7 @@ def collect_samples(sweep_dir: Path) -> list[LabelSamples]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # the analysis reported a run's torn lines already
         for run_dir in find_run_dirs(Path(sweep_dir)):
-            rows = read_samples(run_dir)
+            rows = first_and_last_evals(run_dir)  # streamed: a long run's samples.jsonl is never held whole
             if not rows:
                 continue
             descriptor = read_descriptor(run_dir)

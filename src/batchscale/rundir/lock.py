@@ -18,6 +18,12 @@ The lock file is batchscale's own or it is refused, never written through: it is
 (O_NOFOLLOW), created only where nothing is (O_EXCL), and an existing one is truncated only when it is a regular file
 of one name whose content is a lock's (empty, or a JSON holder). A link, a directory, a device, a FIFO, a hard link
 or a file with other content at the lock's path is a UserError naming it, and the file is left as it is.
+
+What a killed writer of a run left beside it (SIGKILL during `train --overwrite` or `import`: its staging directory
+`.<run>.training-PID-TOKEN` or `.<run>.writing-PID-TOKEN`, files.staged_directory) is removed by the next process that
+takes the run's lock (`RunLock.acquire`, `clear_dead_stagings`): holding the lock, no live writer of this run exists,
+and each one removed names a pid that is no longer alive on this host. An earlier run a kill caught mid-swap
+(`.<run>.replaced-PID-TOKEN` with no `<run>`) is put back in place, never removed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import errno
 import fcntl
 import json
 import os
+import re
+import shutil
 import socket
 import stat
 import time
@@ -223,3 +231,31 @@ class RunLock(SweepLock):
         self.path = run_lock_path(run_dir)
         self.target = run_dir
         self._fd = None
+        self.cleared: list[Path] = []  # what a killed writer of the run had left, removed on acquire
+
+    def acquire(self) -> None:
+        super().acquire()
+        self.cleared = clear_dead_stagings(self.target)
+
+
+DEAD_STAGING = r"\.{name}\.(?P<purpose>training|writing|replaced)-(?P<pid>\d{{1,9}})-[0-9a-f]{{8}}"  # unique_suffix
+
+
+def clear_dead_stagings(run_dir: Path) -> list[Path]:
+    """Remove the staging directories a killed writer of `run_dir` left beside it, and put back an earlier run a kill
+    caught between the two renames of its swap (see the module docstring); call while holding the run's lock.
+    Returns what was removed or put back."""
+    pattern = re.compile(DEAD_STAGING.format(name=re.escape(run_dir.name)))
+    found = []
+    for path in sorted(run_dir.parent.iterdir()) if run_dir.parent.is_dir() else []:
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not pid_alive(int(match["pid"])):
+            found.append((match["purpose"], path))
+    cleared = []
+    for purpose, path in found:
+        if purpose == "replaced" and not os.path.lexists(run_dir):
+            path.rename(run_dir)  # the earlier run, whose replacement never took its place
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        cleared.append(path)
+    return cleared

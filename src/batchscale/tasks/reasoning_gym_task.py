@@ -8,6 +8,9 @@ optional extra `reasoning-gym` (`pip install 'batchscale[reasoning-gym]'`); with
   (seed, i), so the same task config gives the same problems on every machine and in every process. `size` is
   `params.size` when given, else POOL_SIZE (reasoning-gym's own default, 500, would repeat a few hundred prompts).
   `params.seed` is refused: the pool's seed is `task.split_seed`, shared by every run and seed, like the eval set.
+  Each param is checked against its field's type in the dataset's config dataclass first (an int field takes an
+  integer within numpy's int64, a float field a finite number, a bool field a boolean), and an item the generator then
+  fails to build is a UserError naming the dataset and params, never a traceback.
 - The split, as in the built-in arithmetic task: a stable hash of (split_seed, i) holds out one index in EVAL_SHARE.
   The eval set is the first `eval_size` held-out items with distinct questions, in index order. Training draws indices
   uniformly with the run's generator and redraws a held-out index or one whose question is in the eval set, so train
@@ -118,6 +121,7 @@ def create_pool(dataset: str | None, params: dict, split_seed: int):
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise UserError(f"task.params.{key}", f"not a parameter of the reasoning-gym dataset {dataset!r}",
                             f"{hint}valid parameters: {', '.join(v for v in valid if v != 'seed')}")
+    check_param_types(dataset, params)
     kwargs = pool_kwargs(params, split_seed)
     try:
         return reasoning_gym.create_dataset(dataset, **kwargs)
@@ -125,6 +129,38 @@ def create_pool(dataset: str | None, params: dict, split_seed: int):
         reason = " ".join(str(e).split())[:200] or type(e).__name__
         raise UserError("task.params", f"reasoning-gym's {dataset!r} refuses {params!r:.120}: {reason}",
                         f"change task.params so that the rule holds ({DATASETS[dataset][1].__name__} lists them)") from None
+
+
+MAX_PARAM_INT = 2**63 - 1  # numpy's int64: a generator draws in it
+
+
+def check_param_types(dataset: str, params: dict) -> None:
+    """Each of `params` of the type its field in the dataset's config dataclass declares (int, float or bool, where
+    it declares one; others are left to the dataclass's own validate)."""
+    import math
+    import typing
+
+    from reasoning_gym.factory import DATASETS
+
+    try:
+        hints = typing.get_type_hints(DATASETS[dataset][1])
+    except Exception:  # a config class whose annotations do not resolve: left to its own validate()
+        return
+    for key, value in params.items():
+        kinds = set(typing.get_args(hints.get(key))) - {type(None)} or {hints.get(key)}
+        if bool in kinds and not isinstance(value, bool):
+            problem = "must be true or false"
+        elif int in kinds and (not isinstance(value, int) or isinstance(value, bool) or abs(value) > MAX_PARAM_INT):
+            problem = "must be an integer within +-(2**63 - 1)"
+        elif float in kinds and (not isinstance(value, (int, float)) or isinstance(value, bool) or
+                                 not math.isfinite(value) or abs(value) > 1e300):
+            problem = "must be a finite number"
+        else:
+            continue
+        shown = f"an integer of {value.bit_length():,} bits" if isinstance(value, int) and value.bit_length() > 100 \
+            else repr(value)[:40]
+        raise UserError(f"task.params.{key}", f"{problem} for reasoning-gym's {dataset!r} (got {shown})",
+                        f"set task.params.{key} as {DATASETS[dataset][1].__name__} declares it")
 
 
 class ReasoningGymTask(Task):
@@ -156,7 +192,12 @@ class ReasoningGymTask(Task):
 
     def _entry(self, index: int) -> dict:
         if index not in self._entries:
-            self._entries[index] = self.pool[index]
+            try:
+                self._entries[index] = self.pool[index]
+            except Exception as e:  # params the dataclass accepted but its generator cannot use
+                raise UserError("task.params", f"reasoning-gym's {self.dataset_name!r} fails to generate item {index} "
+                                f"({type(e).__name__}: {str(e)[:SHOWN_CHARS]})",
+                                "change task.params (its generator cannot use them)") from None
         return self._entries[index]
 
     def _example(self, index: int) -> GymExample:

@@ -49,7 +49,7 @@ import torch
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
 from batchscale.config import AUTO_CHECKPOINT_S, Config, resolved_config, tracker_names
-from batchscale.files import staged_directory
+from batchscale.files import staged_directory, writing
 from batchscale.policy.sequences import collate
 from batchscale.rundir import RunLog, StoppedRun, check_out_dir, run_dir_name, summarize_run
 from batchscale.rundir.checkpoint import write_checkpoint
@@ -86,7 +86,7 @@ def train(cfg: Config, out_dir: Path, overwrite: bool = False, on_record: Callab
     run_dir = Path(out_dir)
     with RunLock(run_dir) if lock else contextlib.nullcontext():  # before any check: a second process is refused
         if resume:
-            check_resumable(run_dir)
+            check_resumable(run_dir, through_sweep=not lock)  # lock=False: a sweep's worker, under its lock
         else:
             check_out_dir(run_dir, overwrite, training_inputs(cfg))
         state = build_training_state(cfg, log)  # the task's data is read and checked, a reward's worker started, first
@@ -224,8 +224,9 @@ def save_policy(state: TrainingState, run_dir: Path) -> Path:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the run's own progress is drawn; a shard-writing bar only adds noise
-    with staged_directory(Path(run_dir) / POLICY_DIR, "saving", follow_link=False) as staging:
-        state.policy.model.save_pretrained(staging)
+    with writing(Path(run_dir) / POLICY_DIR), \
+            staged_directory(Path(run_dir) / POLICY_DIR, "saving", follow_link=False) as staging:
+        state.policy.model.save_pretrained(staging)  # a full disk: safetensors' own error, one line (files.writing)
         state.policy.tokenizer.save_pretrained(staging)
     return Path(run_dir) / POLICY_DIR
 
