@@ -106,13 +106,14 @@ def write_checkpoint(run_dir: Path, step: int, samples: int, records: int, state
     return target
 
 
-def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every directory named like a checkpoint, oldest first (complete or not)."""
+def checkpoint_steps(run_dir: Path, links: bool = False) -> list[tuple[int, Path]]:
+    """(step, path) of every directory named like a checkpoint, oldest first (complete or not); with `links`, also
+    the links named like one (to be read and refused with a warning, never pruned or followed)."""
     root = checkpoints_dir(run_dir)
     if not root.is_dir() or root.is_symlink():  # never followed out of the run (train.resume refuses it)
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := NAME.fullmatch(p.name)) and p.is_dir() and not p.is_symlink()]
+             if (m := NAME.fullmatch(p.name)) and ((links and p.is_symlink()) or (p.is_dir() and not p.is_symlink()))]
     return sorted(found)
 
 
@@ -206,7 +207,7 @@ def usable_checkpoints(run_dir: Path, warn: Callable[[str], None] = print) -> It
     if root.is_symlink():
         warn(f"warning: not reading {root}: it is a link (to {os.path.realpath(root)}), not the run's own directory")
         return
-    for step, path in reversed(checkpoint_steps(run_dir)):
+    for step, path in reversed(checkpoint_steps(run_dir, links=True)):
         try:
             checkpoint = read_checkpoint(path)
             records = kept_records(run_dir, checkpoint)
