@@ -17,7 +17,7 @@ nothing: gradients, hence training, are bitwise unchanged (tests/test_trl_callba
 increment as a difference of prefix sums a_k - a_{k-1} needs a copy of the previous prefix (one gradient of memory);
 (b) a fit over the prefix norms |a_k|^2 (batch sizes k b, k = 1..K) is unbiased too, but at K = 2 it compares the
 first micro-batch alone with the step, while the increments average all K micro-batch norms: the native estimator
-exactly (mean over chunks, b the harmonic mean of their sizes).
+exactly (the chunks' spread about the step, each weighted by its size).
 
 Scales (TRL 1.13 `_compute_loss`). `grpo`, `sapo`, `bnpo`, `dr_grpo`, `luspo`: a micro-batch's loss is its own mean
 (over completions; over its tokens for bnpo; over a fixed length for dr_grpo) / K, so its mean gradient m_k = K d_k.
