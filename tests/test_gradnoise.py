@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from batchscale.policy.sequences import SequenceBatch
-from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, predict_samples_penalty,
-                                            summarize_noise_scale)
+from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, estimate_weighted_noise_terms,
+                                            predict_samples_penalty, summarize_noise_scale)
 from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 
 DIM, NOISE_SD = 10, 1.0
@@ -119,11 +119,28 @@ def test_estimator_arithmetic():
     assert grad_sq == pytest.approx((8 * 2.5 - 4 * 4.0) / 4)
     assert trace_sigma == pytest.approx((4.0 - 2.5) / (1 / 4 - 1 / 8))
     assert estimate_noise_terms([3.0], [8], 3.0, 8) is None
-    # unequal chunks: b is their harmonic mean, so E|g_b|^2 = |G|^2 + tr(Sigma)/b holds exactly for this input
+    # unequal chunks of equal-weight samples: E|g_b|^2 = |G|^2 + tr(Sigma)/b holds exactly for this input
     g2, tr = 1.0, 20.0
     sizes = [8, 8, 16]
     chunk_sq = [g2 + tr / b for b in sizes]
     assert estimate_noise_terms(chunk_sq, sizes, g2 + tr / 32, 32) == pytest.approx((g2, tr))
+
+
+@pytest.mark.parametrize("shares", [(0.5, 0.5), (2 / 3, 1 / 3), (0.2, 0.3, 0.5)])
+def test_weighted_estimator_is_exact_in_expectation_whatever_each_chunks_noise(shares):
+    """Chunks holding shares W_k of the loss weights, with noises V_k of their increments that follow neither W_k
+    nor the Kish size (long groups less noisy per token): fed E|d_k|^2 = W_k^2 |G|^2 + V_k and E|g_B|^2 = |G|^2 +
+    sum V_k, the estimator returns |G|^2 and tr(Sigma) = N sum V_k exactly (telemetry.gradnoise, departure 2)."""
+    g2, samples = 1.5, 48
+    noises = [0.7, 0.2, 1.1][:len(shares)]  # V_k
+    chunk_grad_sq = [(w * w * g2 + v) / w ** 2 for w, v in zip(shares, noises)]  # |g_k|^2 = |d_k|^2 / W_k^2
+    batch_sq = g2 + sum(noises)
+    assert estimate_weighted_noise_terms(chunk_grad_sq, list(shares), batch_sq, samples) == pytest.approx(
+        (g2, samples * sum(noises)))
+    scaled = [3.0 * w for w in shares]  # the shares' scale does not matter
+    assert estimate_weighted_noise_terms(chunk_grad_sq, scaled, batch_sq, samples) == pytest.approx(
+        (g2, samples * sum(noises)))
+    assert estimate_weighted_noise_terms(chunk_grad_sq, [0.0] + list(shares[1:]), batch_sq, samples) is None
 
 
 def test_ema_ratio_and_its_gaps():

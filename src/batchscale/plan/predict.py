@@ -10,7 +10,10 @@ batch B_ref:
     rN(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise)
 
 with b the samples per optimizer update (= B in the single pass; with PPO mini-batches every candidate keeps the run's
-split, b = B * samples_per_update / samples_per_step).
+split, b = B * samples_per_update / samples_per_step). Every candidate is a point of the run's lr family: its learning
+rate retuned from the run's by the run's lr rule (`lr_rule` in the document; McCandlish's link assumes each batch at its
+optimal step size, which the square-root rule stands in for). A batch trained at a fixed LR, or any other rule, is not
+a point the formula speaks for, and the output says so.
 
 Systems side: q(B) = B / t_step(B), each phase of the run's measured step carried to B by a model (`phase_times`).
 Then throughput_gain = q(B) / q(B_ref) and T/T_ref = rN / throughput_gain (the paper's decision rule); the predicted
@@ -126,6 +129,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         "b_noise_steps": b_noise.steps,
         "b_noise_unresolved_steps": b_noise.unresolved_steps,
         "why_unresolved": why_unresolved,
+        "lr_rule": run.descriptor.lr_rule,
         "reference": {"label": run.label, "samples_per_step": reference,
                       "throughput_samples_per_s": q_ref, "step_s": measured.step_s},
         "best": {"samples_per_step": best, "low": min(known) if known else None,

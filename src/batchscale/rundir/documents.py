@@ -110,6 +110,8 @@ class NoiseScalePrediction(Strict):
     b_noise_fitted_high: float | None = None  # open at that end, or no interval (fewer than 2 seeds anywhere)
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
+    lr_rule: str | None = None  # the reference's: only labels of this lr rule are predicted and ranked
+    other_rule_labels: list[str] = []  # labels of another lr rule (a fixed-LR control): not predicted, not ranked
     compute_fraction: float | None
 
 
@@ -226,6 +228,7 @@ class PredictionDocument(Document):
     b_noise_steps: int  # step records the median was read from
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     why_unresolved: str | None = None  # B_noise not resolved: no best batch is named, and how much more would do
+    lr_rule: str | None = None  # the run's: every candidate batch is predicted at its lr under this rule
     reference: PredictionReference
     best: PredictedBest
     throughput_method: str

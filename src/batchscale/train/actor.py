@@ -18,7 +18,8 @@ rounding). With `compute_dtype` bfloat16 each forward runs under bf16 autocast o
 (`train.precision`).
 
 The gradient norm is logged before clipping: it is the paper's gradient-noise proxy. Micro-batches run in two chunks,
-the halves of the update's prompt groups (`train.micro_batches.iter_gradient_chunks`), and the squared norm of each
+random halves of the update's prompt groups drawn from the run's seed and the step
+(`train.micro_batches.iter_gradient_chunks`), and the squared norm of each
 chunk's gradient is read off the accumulation (`train.chunk_norms`) for the online gradient noise scale
 (`telemetry.gradnoise`).
 """
@@ -105,6 +106,7 @@ class Actor:
     ref_model: nn.Module | None = None  # a frozen copy of the starting policy, when kl_coef > 0
     kl_coef: float = 0.0
     compute_dtype: torch.dtype = torch.float32
+    seed: int = 0  # the run's: with the step, it draws each update's halves (train.micro_batches)
 
     def logprobs(self, batch: SequenceBatch) -> torch.Tensor:
         """(N, L - 1) log-probs of the response tokens under the current weights, without gradients."""
@@ -112,7 +114,8 @@ class Actor:
             return forward_in_micro_batches(lambda mb: token_logprobs(self.model, mb), batch,
                                             self.plan.micro_batch_size)
 
-    def update(self, batch: SequenceBatch, advantages: torch.Tensor, off_policy: OffPolicy | None = None) -> dict:
+    def update(self, batch: SequenceBatch, advantages: torch.Tensor, off_policy: OffPolicy | None = None,
+               step: int = 0) -> dict:
         """Every actor update of one rollout batch (one, by default). Returns loss and gradient-norm statistics,
         averaged over the updates, except `grad_norm/actor`: the first update's norm, before clipping. Only the first
         update's gradient is taken at the policy that sampled the batch, over samples_per_update fresh samples, so it
@@ -130,7 +133,8 @@ class Actor:
                 samples_per_prompt=self.plan.samples_per_prompt, chunk_norms=chunk_norms,
                 off_policy=None if off_policy is None else off_policy.select(rows, width))
 
-        records = run_updates("actor", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate)
+        records = run_updates("actor", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate,
+                              self.seed, step)
         return {**mean_stats(records), "grad_norm/actor": records[0]["grad_norm/actor"]}
 
 
@@ -141,4 +145,4 @@ def build_actor(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype =
     return Actor(policy_model, build_optimizer(policy_model.parameters(), cfg.optim, plan.lr), plan,
                  algorithm.clip_eps, cfg.optim.max_grad_norm, algorithm.loss_aggregation,
                  ref_model=copy.deepcopy(policy_model) if algorithm.kl_coef > 0 else None,
-                 kl_coef=algorithm.kl_coef, compute_dtype=compute_dtype)
+                 kl_coef=algorithm.kl_coef, compute_dtype=compute_dtype, seed=cfg.run.seed)

@@ -112,13 +112,14 @@ class Critic:
     max_grad_norm: float | None
     aggregation: str
     compute_dtype: torch.dtype = torch.float32
+    seed: int = 0  # the run's: with the step, it draws each update's halves (train.micro_batches)
 
     def values(self, batch: SequenceBatch) -> torch.Tensor:
         """(N, L - 1) values at rollout time, without gradients."""
         with autocast(self.compute_dtype, batch.input_ids.device.type):
             return forward_in_micro_batches(lambda mb: token_values(self.model, mb), batch, self.plan.micro_batch_size)
 
-    def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor) -> dict:
+    def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor, step: int = 0) -> dict:
         """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping,
         and the critic's gradient noise estimates (`gns/critic/grad_sq`, `gns/critic/trace_sigma`)."""
 
@@ -128,7 +129,8 @@ class Critic:
                                              self.compute_dtype, samples_per_prompt=self.plan.samples_per_prompt,
                                              chunk_norms=chunk_norms)
 
-        records = run_updates("critic", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate)
+        records = run_updates("critic", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate,
+                              self.seed, step)
         return {
             **mean_stats(records),
             "lr/critic": self.optimizer.param_groups[0]["lr"],
@@ -143,4 +145,4 @@ def build_critic(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype 
     model = build_value_model(policy_model)
     optimizer = build_optimizer(model.parameters(), cfg.optim, plan.critic.lr)
     return Critic(model, optimizer, plan, cfg.critic.value_clip, cfg.critic.max_grad_norm,
-                  cfg.algorithm.loss_aggregation, compute_dtype)
+                  cfg.algorithm.loss_aggregation, compute_dtype, seed=cfg.run.seed)

@@ -260,12 +260,13 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
                 inputs.values = state.critic.values(batch)  # (N, L-1)
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
-            actor_stats = actor.update(batch, advantages, off_policy)
+            actor_stats = actor.update(batch, advantages, off_policy, step=step)
             source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
-                critic_stats = state.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs))
+                critic_stats = state.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs),
+                                                   step=step)
     seconds = timer.reset()
     lengths = np.array([len(r) for r in rollouts.response_ids])
     groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)

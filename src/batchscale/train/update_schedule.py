@@ -2,7 +2,8 @@
 
 A rollout batch of B_train = P * G responses feeds `ppo_epochs` passes of `ppo_mini_batches` contiguous mini-batches
 (one update in the paper's single pass). For each, the network's own `accumulate` sums the micro-batch gradients of the
-mini-batch's loss into .grad in two chunks of whole prompt groups (`train.chunk_norms` records each chunk's squared
+mini-batch's loss into .grad in two chunks of whole prompt groups, random halves drawn from the run's seed, the step
+and the update's index (`train.micro_batches.derive_halves_seed`; `train.chunk_norms` records each chunk's squared
 norm on the way), and `clip_and_step` applies it. Each mini-batch's loss is normalized over that mini-batch
 (`algorithms.losses.loss_normalizer`), so the micro-batches of an update sum to the full mini-batch's gradient whatever
 `micro_batch_size` is. The gradient norm is read before clipping: it is the paper's gradient-noise proxy.
@@ -18,6 +19,7 @@ import torch
 
 from batchscale.policy.sequences import SequenceBatch
 from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.micro_batches import derive_halves_seed
 
 # the network's gradient accumulation over one mini-batch: (mini-batch, its rows in the batch, its width, chunk norms)
 Accumulate = Callable[[SequenceBatch, slice, int, ChunkNorms], dict]
@@ -46,14 +48,15 @@ def mean_stats(records: list[dict]) -> dict:
 
 
 def run_updates(network: str, model, optimizer: torch.optim.Optimizer, batch: SequenceBatch, plan,
-                max_grad_norm: float | None, accumulate: Accumulate) -> list[dict]:
+                max_grad_norm: float | None, accumulate: Accumulate, seed: int = 0, step: int = 0) -> list[dict]:
     """Every update of one rollout batch for `network` ("actor" or "critic"), on `plan`'s (config.BatchPlan)
-    schedule. Returns one record per update: `grad_norm/<network>` before clipping, what `accumulate` returned, and the
-    update's gradient-noise terms (`gns/...`, absent when the mini-batch holds a single prompt group)."""
+    schedule, at the run's `seed` and 1-based `step` (they draw each update's halves). Returns one record per update:
+    `grad_norm/<network>` before clipping, what `accumulate` returned, and the update's gradient-noise terms
+    (`gns/...`, absent when the mini-batch holds a single prompt group)."""
     records = []
-    for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
+    for update, (start, stop) in enumerate(iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches)):
         mini, width = batch.rows(start, stop)
-        chunk_norms = ChunkNorms(model.parameters())
+        chunk_norms = ChunkNorms(model.parameters(), derive_halves_seed(seed, step, update))
         stats = accumulate(mini, slice(start, stop), width, chunk_norms)
         grad_norm = clip_and_step(model, optimizer, max_grad_norm)
         records.append({f"grad_norm/{network}": grad_norm, **stats,
