@@ -1,6 +1,6 @@
 """What the online gradient noise scale costs in the actor update (issue 16: at most 5% of `time/train`).
 
-Variants of one GRPO update (`train.actor.accumulate_policy_gradient` then `train.update_schedule.clip_and_step`),
+Variants of one GRPO update (`train.actor.accumulate_policy_gradient` then `train.update.clip_and_step`),
 alternated in one run so load from other processes hits all alike; medians of --repeats:
 - `no estimate`: the micro-batches in chunks of whole prompt groups, no chunk norms taken;
 - `estimate`: the same chunks with `train.chunk_norms.ChunkNorms` (set aside .grad, one squared norm and one add
@@ -34,7 +34,7 @@ from batchscale.tasks import build_task
 from batchscale.telemetry import chunk_norms as chunk_module
 from batchscale.train.actor import accumulate_policy_gradient
 from batchscale.train.optimizer import build_optimizer
-from batchscale.train.update_schedule import clip_and_step
+from batchscale.train.update import clip_and_step
 
 
 def timed_update(model, optimizer, batch, advantages, micro_batch_size, samples_per_prompt, variant) -> float:

@@ -9,7 +9,7 @@ The variants (alternated in one run, so load from other processes hits all alike
 - `response head + shared prompts`: a group's prompt computed once per micro-batch (`shared_prompts`);
 - `all three` (what batchscale does now).
 Each update is `train.actor.accumulate_policy_gradient` (forward, clipped surrogate, backward per micro-batch) then
-`train.update_schedule.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
+`train.update.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
 
 The batch is a real rollout: P prompts of the arithmetic task in the model's chat format, G responses each sampled by
 the engine (temperature 1, up to --max-new-tokens) from the policy itself, so response lengths vary as they do in
@@ -42,7 +42,7 @@ from batchscale.train import actor
 from batchscale.train.micro_batches import iter_gradient_chunks
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import resolve_training_dtype
-from batchscale.train.update_schedule import clip_and_step
+from batchscale.train.update import clip_and_step
 
 TASK = TaskConfig(digits=1, template="What is {a} {op} {b}? Reply with the number only.", reward="last_integer_match",
                   eval_size=6)  # examples/smollm2-grpo.toml's task

@@ -91,7 +91,7 @@ def test_update_logs_the_estimates_and_the_same_update_at_every_micro_batch_size
 def test_a_step_of_several_updates_logs_the_first_updates_gradient_norm(policy, rollout, random_model_dir, monkeypatch):
     """With epochs x mini-batches > 1, grad_norm/actor is the norm of the first update (taken at the sampling policy
     over fresh samples), not the mean over the step's updates, which later epochs would pull down."""
-    from batchscale.train import update_schedule
+    from batchscale.train import update
 
     batch, rewards = rollout
     adv = grpo_advantages(AdvantageInputs(rewards, batch.response_mask, 4))
@@ -101,8 +101,8 @@ def test_a_step_of_several_updates_logs_the_first_updates_gradient_norm(policy, 
                              "algorithm.ppo_epochs=2", "algorithm.ppo_mini_batches=3"])
     plan = derive_plan(cfg)
     norms = iter([3.0, 5.0, 7.0, 9.0, 11.0, 13.0])
-    real_step = update_schedule.clip_and_step
-    monkeypatch.setattr(update_schedule, "clip_and_step",
+    real_step = update.clip_and_step
+    monkeypatch.setattr(update, "clip_and_step",
                         lambda model, opt, limit: (real_step(model, opt, limit), next(norms))[1])
     stats = build_actor(copy.deepcopy(policy.model), cfg, plan).update(batch, adv)
     assert plan.updates_per_step == 6 and stats["grad_norm/actor"] == 3.0

@@ -15,7 +15,7 @@ from batchscale.policy.sequences import collate
 from batchscale.train.actor import accumulate_policy_gradient
 from batchscale.train.micro_batches import iter_micro_batches
 from batchscale.train.optimizer import build_optimizer
-from batchscale.train.update_schedule import clip_and_step
+from batchscale.train.update import clip_and_step
 
 
 def rollout_batch(tokenizer, n_prompts=3, group=4, seed=0):

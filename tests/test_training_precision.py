@@ -23,7 +23,7 @@ from batchscale.train.critic import accumulate_value_gradient, build_value_model
 from batchscale.train.loop import train
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast, resolve_training_dtype
-from batchscale.train.update_schedule import clip_and_step
+from batchscale.train.update import clip_and_step
 
 BF16, F32 = torch.bfloat16, torch.float32
 LR = 1e-3

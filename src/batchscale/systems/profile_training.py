@@ -123,7 +123,7 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
 
     from batchscale.telemetry.timers import synchronize
     from batchscale.train.actor import accumulate_policy_gradient
-    from batchscale.train.update_schedule import clip_and_step
+    from batchscale.train.update import clip_and_step
 
     def update():
         accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2,

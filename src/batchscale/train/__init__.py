@@ -3,7 +3,7 @@
 A run is `train.loop.train`: `train.state` builds what every step touches (task, policy, engine, `train.actor.Actor`,
 `train.critic.Critic`), a rollout source (`train.rollout_source`: synchronous, or `train.async_rollouts` with the
 generator process of `train.async_generator`) hands the loop each step's rollouts, and the actor and critic update
-through one skeleton (`train.update_schedule`: epochs x mini-batches x gradient chunks, with `train.micro_batches`
+through one skeleton (`train.update`: epochs x mini-batches x gradient chunks, with `train.micro_batches`
 and `train.chunk_norms`). `train.precision` picks the training arithmetic, `train.health` stops a run at its first
 non-finite number, `train.progress` draws it, and `train.run_facts` and `train.evaluation` write what it records.
 

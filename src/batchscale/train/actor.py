@@ -5,7 +5,7 @@ micro-batches are summed; each micro-batch loss is already its share of the batc
 a batch-wide normalizer), so the accumulated gradient equals the full-batch gradient whatever `micro_batch_size` is.
 In the single pass the sampling policy is the current one, so logp_old is logp detached (ratio 1) and the clipped
 surrogate reduces to the policy gradient. With `ppo_epochs` > 1 or `ppo_mini_batches` > 1 the rollout batch feeds
-epochs x mini-batches updates (`train.update_schedule`, the skeleton the critic's update shares); logp_old is then
+epochs x mini-batches updates (`train.update`, the skeleton the critic's update shares); logp_old is then
 stored from a no-grad forward before the first update, mini-batches are contiguous runs of whole prompts (the same
 split every epoch, so GRPO groups stay together), and each mini-batch's loss is normalized over that mini-batch.
 Asynchronous batches multiply each token's term by its truncated importance weight (algorithms.offpolicy), with the
@@ -39,7 +39,7 @@ from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 from batchscale.train.micro_batches import forward_in_micro_batches
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast
-from batchscale.train.update_schedule import mean_stats, run_updates
+from batchscale.train.update import mean_stats, run_updates
 
 
 def accumulate_policy_gradient(

@@ -10,7 +10,7 @@ OpenRLHF) so that initial values are near 0; it computes in float32 whatever the
 Values are per-token like every other tensor of `policy.sequences`: (N, L - 1), position t the value of the state after
 tokens <= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
 (`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
-it, and follows the same epochs x mini-batches x gradient chunks skeleton as the actor (`train.update_schedule`). The
+it, and follows the same epochs x mini-batches x gradient chunks skeleton as the actor (`train.update`). The
 critic has its own learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and
 its own gradient clipping; Adam's other settings come from `optim`. It shares the actor's execution choices:
 micro-batches of length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16.
@@ -32,7 +32,7 @@ from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 from batchscale.train.micro_batches import forward_in_micro_batches
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast
-from batchscale.train.update_schedule import mean_stats, run_updates
+from batchscale.train.update import mean_stats, run_updates
 
 
 class ValueModel(nn.Module):
