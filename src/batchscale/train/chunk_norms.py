@@ -18,11 +18,8 @@ from contextlib import contextmanager
 
 import torch
 
-from batchscale.algorithms.losses import loss_normalizer
-from batchscale.policy.sequences import SequenceBatch
 from batchscale.rundir.run import GNS_STEP_KEYS
 from batchscale.telemetry.gradnoise import estimate_noise_terms
-from batchscale.train.micro_batches import iter_gradient_chunks
 
 
 class ChunkNorms:
@@ -60,19 +57,3 @@ class ChunkNorms:
             return {}
         keys = GNS_STEP_KEYS[network]
         return {keys["grad_sq"]: terms[0], keys["trace_sigma"]: terms[1]}
-
-
-def iter_chunked_micro_batches(batch: SequenceBatch, micro_batch_size: int, samples_per_prompt: int,
-                               sort_by_length: bool, aggregation: str, chunk_norms: ChunkNorms | None = None):
-    """Row indices of each micro-batch of an accumulating update, chunk after chunk of whole prompt groups; with
-    `chunk_norms`, each chunk's micro-batches run (their backward included: the caller's loop body) inside its
-    `chunk` block, so the norm of the chunk's gradient is taken when its last micro-batch is done."""
-    normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
-    for chunk in iter_gradient_chunks(batch, micro_batch_size, samples_per_prompt, sort_by_length):
-        if chunk_norms is None:
-            yield from chunk
-            continue
-        rows = torch.cat(chunk)  # (n,)
-        own = max(loss_normalizer(batch.response_mask[rows], aggregation), 1.0)
-        with chunk_norms.chunk(len(rows), normalizer / own):
-            yield from chunk

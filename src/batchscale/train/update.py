@@ -1,26 +1,76 @@
-"""The update skeleton the actor and the critic share: epochs x mini-batches x gradient chunks, then clip and step.
+"""The update on one page: every optimizer update of one rollout batch, for the actor or the critic.
 
-A rollout batch of B_train = P * G responses feeds `ppo_epochs` passes of `ppo_mini_batches` contiguous mini-batches
-(one update in the paper's single pass). For each, the network's own `accumulate` sums the micro-batch gradients of the
-mini-batch's loss into .grad in two chunks of whole prompt groups (`train.chunk_norms` records each chunk's squared
-norm on the way), and `clip_and_step` applies it. Each mini-batch's loss is normalized over that mini-batch
-(`algorithms.losses.loss_normalizer`), so the micro-batches of an update sum to the full mini-batch's gradient whatever
-`micro_batch_size` is. The gradient norm is read before clipping: it is the paper's gradient-noise proxy.
+A rollout batch of B_train = P * G responses feeds `ppo_epochs` passes of `ppo_mini_batches` contiguous mini-batches of
+whole prompts (one update in the paper's single pass). Each update runs its mini-batch in two gradient chunks of whole
+prompt groups (`train.micro_batches.iter_gradient_chunks`), each chunk in micro-batches: the network's loss on one
+micro-batch (`train.actor.Actor.policy_loss`, `train.critic.Critic.value_loss`), weighted as its share of the
+mini-batch's loss, then its backward, which adds into .grad. The weights are normalized over the whole mini-batch
+(`algorithms.losses.token_weights`), so the accumulated gradient is the mini-batch's whatever `micro_batch_size` is
+(the micro-batch equivalence tests hold it to float rounding). Then clip and step: the gradient norm is read before
+clipping, the paper's gradient-noise proxy.
+
+Around each chunk, `train.chunk_norms.ChunkNorms` sets the gradient so far aside and reads the squared norm of the
+chunk's own increment (no second backward), scaled to the chunk's own mean gradient by T / T_k, the mini-batch's
+loss normalizer over the chunk's; with the update's norm these give the online gradient noise scale
+(`telemetry.gradnoise`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import torch
 
+from batchscale.algorithms.losses import loss_normalizer, token_weights
 from batchscale.policy.sequences import SequenceBatch
 from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.micro_batches import iter_gradient_chunks
 
-# the network's gradient accumulation over one mini-batch: (mini-batch, its rows in the batch, its width, chunk norms)
-Accumulate = Callable[[SequenceBatch, slice, int, ChunkNorms], dict]
+# a network's loss on one micro-batch: (micro-batch, its rows in the rollout batch, its token weights (n, width))
+# -> (the micro-batch's share of the mini-batch loss, statistics that sum over micro-batches)
+MicroLoss = Callable[[SequenceBatch, torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+
+
+class Network(Protocol):
+    """What the update reads of the network it trains (train.actor.Actor, train.critic.Critic)."""
+
+    name: str  # "actor" or "critic": names its record keys
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    plan: object  # config.BatchPlan: micro-batch size, G, epochs and mini-batches
+    max_grad_norm: float | None
+    aggregation: str
+    sort_by_length: bool
+
+
+def update_network(network: Network, batch: SequenceBatch, micro_loss: MicroLoss) -> list[dict]:
+    """Every optimizer update of one rollout batch. One record per update: `grad_norm/<network>` before clipping, the
+    micro-batch statistics summed over the update, and its gradient-noise terms (`gns/...`, absent when the
+    mini-batch holds a single prompt group)."""
+    plan, aggregation = network.plan, network.aggregation
+    records = []
+    for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
+        mini, _ = batch.rows(start, stop)
+        normalizer = max(loss_normalizer(mini.response_mask, aggregation), 1.0)
+        chunk_norms, stats = ChunkNorms(network.model.parameters()), {}
+        for chunk in iter_gradient_chunks(mini, plan.micro_batch_size, plan.samples_per_prompt,
+                                          network.sort_by_length):
+            chunk_rows = torch.cat(chunk)  # (n,)
+            own = max(loss_normalizer(mini.response_mask[chunk_rows], aggregation), 1.0)
+            with chunk_norms.chunk(len(chunk_rows), normalizer / own):
+                for rows in chunk:
+                    micro, _ = mini.select(rows)
+                    weights = token_weights(micro.response_mask, aggregation, normalizer)  # (n, width)
+                    loss, terms = micro_loss(micro, start + rows, weights)
+                    loss.backward()
+                    for key, value in terms.items():
+                        stats[key] = stats.get(key, 0.0) + value
+        grad_norm = clip_and_step(network.model, network.optimizer, network.max_grad_norm)
+        records.append({f"grad_norm/{network.name}": grad_norm, **stats,
+                        **chunk_norms.noise_terms(grad_norm, len(mini), network=network.name)})
+    return records
 
 
 def iter_updates(num_rows: int, epochs: int, mini_batches: int) -> Iterator[tuple[int, int]]:
@@ -43,19 +93,3 @@ def clip_and_step(model, optimizer: torch.optim.Optimizer, max_grad_norm: float 
 def mean_stats(records: list[dict]) -> dict:
     """Per-update statistics averaged over a step's updates (a single update: its own values)."""
     return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
-
-
-def run_updates(network: str, model, optimizer: torch.optim.Optimizer, batch: SequenceBatch, plan,
-                max_grad_norm: float | None, accumulate: Accumulate) -> list[dict]:
-    """Every update of one rollout batch for `network` ("actor" or "critic"), on `plan`'s (config.BatchPlan)
-    schedule. Returns one record per update: `grad_norm/<network>` before clipping, what `accumulate` returned, and the
-    update's gradient-noise terms (`gns/...`, absent when the mini-batch holds a single prompt group)."""
-    records = []
-    for start, stop in iter_updates(len(batch), plan.ppo_epochs, plan.ppo_mini_batches):
-        mini, width = batch.rows(start, stop)
-        chunk_norms = ChunkNorms(model.parameters())
-        stats = accumulate(mini, slice(start, stop), width, chunk_norms)
-        grad_norm = clip_and_step(model, optimizer, max_grad_norm)
-        records.append({f"grad_norm/{network}": grad_norm, **stats,
-                        **chunk_norms.noise_terms(grad_norm, len(mini), network=network)})
-    return records
