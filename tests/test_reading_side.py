@@ -114,7 +114,7 @@ def test_one_policy_for_a_corrupt_middle_line(damaged_sweep):
 
 
 def test_run_json_records_the_updates_of_a_ppo_step(tmp_path):
-    from batchscale.train.loop import run_descriptor
+    from batchscale.train.run_facts import run_descriptor
 
     cfg = load_config(None, ["algorithm.name=ppo", "batch.prompts_per_step=16", "batch.samples_per_prompt=2",
                              "batch.micro_batch_size=8", "algorithm.ppo_epochs=2", "algorithm.ppo_mini_batches=2",
