@@ -113,13 +113,23 @@ class GeneratorSettings:
     max_new_tokens: int
 
 
-def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: SharedWeights, counters: Counters,
-                   prompts, finished, stop, rng_state: torch.Tensor, parent_pid: int) -> None:
-    """The generator process: load the policy, take the trainer's weights and RNG state, stream groups until stopped.
+@dataclass(frozen=True)
+class Channels:
+    """What the trainer and the generator process share: weights, counters, the two queues and the stop event."""
 
-    `prompts` yields (group_id, [G prompt token ids]); `finished` receives one dict per finished group."""
+    weights: SharedWeights
+    counters: Counters
+    prompts: object  # queue of (group_id, [G prompt token ids]), trainer -> generator
+    finished: object  # queue of finished groups, generator -> trainer
+    stop: object  # event: the trainer is done
+
+
+def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, channels: Channels, rng_state: torch.Tensor,
+                   parent_pid: int) -> None:
+    """The generator process: load the policy, take the trainer's weights and RNG state, stream groups until stopped."""
     die_with_parent(parent_pid)
-    finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing them
+    weights, counters, prompts, stop = channels.weights, channels.counters, channels.prompts, channels.stop
+    channels.finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing
     torch.set_num_threads(settings.threads)
     policy = load_policy(model_cfg, task_cfg, lambda line: None)
     model = policy.model
@@ -133,7 +143,7 @@ def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: Sh
     run = StreamingSchedule(decoder, params, tok.eos_token_id, tok.pad_token_id or 0,
                        min(settings.max_concurrency, settings.generation_batch))
     run.set_version(version)
-    streamer = _Streamer(settings, run, finished)
+    streamer = _Streamer(settings, run, channels.finished)
     while not stop.is_set():
         published = weights.version.value
         if published > version and (settings.partial or run.in_flight == 0):

@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 
 from batchscale.errors import UserError
 from batchscale.rollout.base import Rollouts, StepRollouts
-from batchscale.train.async_generator import (Counters, GeneratorDied, GeneratorSettings, SharedWeights,
+from batchscale.train.async_generator import (Channels, Counters, GeneratorDied, GeneratorSettings, SharedWeights,
                                                admission_limit, generator_main)
 
 POLL_S = 0.2  # how often a waiting trainer checks that the generator is alive
@@ -71,10 +71,10 @@ class AsyncRollouts:
         self.counters = Counters(ctx)
         self.prompts, self.finished, self.stop = ctx.Queue(), ctx.Queue(), ctx.Event()
         self.supply_prompts(version=0)
+        channels = Channels(self.weights, self.counters, self.prompts, self.finished, self.stop)
         self.process = ctx.Process(
             target=generator_main, name="batchscale-generator", daemon=True,
-            args=(self.settings, self.cfg.model, self.cfg.task, self.weights, self.counters, self.prompts,
-                  self.finished, self.stop, torch.get_rng_state(), os.getpid()))
+            args=(self.settings, self.cfg.model, self.cfg.task, channels, torch.get_rng_state(), os.getpid()))
         self.process.start()
         return self
 
