@@ -31,7 +31,7 @@ from training_step import TASK, rollout_batch
 
 from batchscale.config import ModelConfig
 from batchscale.policy.load import load_policy
-from batchscale.systems.profile_training import profiled_actor
+from batchscale.profile.training import profiled_actor
 from batchscale.tasks import build_task
 from batchscale.train import update as update_module
 from batchscale.train.chunk_norms import ChunkNorms

@@ -39,7 +39,7 @@ def generate_call(args):
 
 
 def update_call(args):
-    from batchscale.systems import profile_training as training
+    from batchscale.profile import training
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.compute_dtype]
     policy, task, device = training.load_profiled_policy(ModelConfig(name=args.model, dtype="float32"), "cpu",

@@ -38,7 +38,7 @@ from batchscale.policy.load import load_policy
 from batchscale.policy.sequences import collate
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
-from batchscale.systems.profile_training import profiled_actor
+from batchscale.profile.training import profiled_actor
 from batchscale.tasks import build_task
 from batchscale.train import actor
 from batchscale.train.micro_batches import iter_gradient_chunks

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from batchscale.rundir import write_document
-from batchscale.systems.profile_generation import profile_generation
-from batchscale.systems.profile_training import profile_training
+from batchscale.profile.generation import profile_generation
+from batchscale.profile.training import profile_training
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 STAGES = ["install", "warm_models", "gpu_tests", "generation_smollm2_engine", "generation_smollm2_hf", "training_qwen",

@@ -8,7 +8,8 @@ import pytest
 
 from batchscale import cli
 from batchscale.policy.tokenizer import build_char_tokenizer
-from batchscale.systems import profile_cli, profile_training
+from batchscale.profile import cli as profile_cli
+from batchscale.profile import training as profile_training
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

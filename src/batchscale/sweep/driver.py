@@ -11,6 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 from batchscale.config import derive_plan
+from batchscale.console import console, print_plain
 from batchscale.errors import UserError
 from batchscale.files import resolve_out
 from batchscale.rundir.lock import SweepLock
@@ -21,7 +22,6 @@ from batchscale.sweep.race import RaceSettings
 from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
                                      read_summary)
 from batchscale.sweep.spec import Point
-from batchscale.train.progress import console, print_plain
 
 
 def check_inputs(points: list[Point]) -> None:

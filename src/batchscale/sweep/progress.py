@@ -47,8 +47,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from batchscale.train.progress import HEARTBEAT_S, Heartbeat, draws_live, format_duration
-from batchscale.train.progress import console as shared_console
+from batchscale.console import HEARTBEAT_S, Heartbeat, draws_live, format_duration
+from batchscale.console import console as shared_console
 
 _NAME = re.compile(r"^(?P<label>.+)__s(?P<seed>\d+)$")  # a point's run directory name: <label>__s<seed>
 

@@ -36,10 +36,10 @@ from __future__ import annotations
 import statistics
 import time
 
+from batchscale.console import in_long_phase
 from batchscale.errors import UserError
+from batchscale.profile.options import load_profiled_policy, validate_micro_batch
 from batchscale.rundir import TrainingProfile
-from batchscale.systems.options import load_profiled_policy, validate_micro_batch
-from batchscale.train.progress import in_long_phase
 
 PEAK_DTYPES = ("float32", "bfloat16")
 
@@ -170,7 +170,7 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     from batchscale.cpu import native_bf16_cpu
     from batchscale.device import resolve_device
     from batchscale.systems.knee import fit_training_cost
-    from batchscale.systems.options import device_hardware, named_hardware
+    from batchscale.profile.options import device_hardware, named_hardware
     from batchscale.train.precision import COMPUTE_DTYPES, resolve_training_dtype
 
     validate_micro_batch(batches, micro_batch_size)
