@@ -1,4 +1,5 @@
-"""What is derived from a config, once per run (and once per sweep point) and passed on: the batch plan.
+"""What is derived from a config, once per run (and once per sweep point) and passed on: the batch plan, and from it
+the run descriptor (run.json) and the resolved config (config.json).
 
 Derived quantities (samples per step, gradient-accumulation steps, the scaled learning rates, the number of steps) are
 computed once into a frozen `BatchPlan` and never mutated, so a name never changes units halfway through a run.
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.config.schema import Config, RolloutConfig, RunConfig
+from batchscale.rundir.run import RunDescriptor
 
 LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
 
@@ -143,6 +145,31 @@ def tracker_names(run: RunConfig) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def resolved_config(cfg: Config) -> dict:
-    """The full config with its derived plan, as saved in the run directory's config.json."""
-    return {**cfg.model_dump(mode="json"), "derived": asdict(derive_plan(cfg))}
+def resolved_config(cfg: Config, plan: BatchPlan) -> dict:
+    """The full config with its derived plan (`derive_plan(cfg)`), as saved in the run directory's config.json."""
+    return {**cfg.model_dump(mode="json"), "derived": asdict(plan)}
+
+
+def run_descriptor(cfg: Config, plan: BatchPlan) -> RunDescriptor:
+    """The run descriptor (run.json): the flat facts of a run of `cfg`, the batch facts among them from its plan
+    (`derive_plan(cfg)`); see rundir.RunDescriptor."""
+    return RunDescriptor(
+        label=plan.label,
+        seed=cfg.run.seed,
+        algorithm=cfg.algorithm.name,
+        prompts_per_step=plan.prompts_per_step,
+        samples_per_prompt=plan.samples_per_prompt,
+        samples_per_step=plan.samples_per_step,
+        samples_per_update=plan.samples_per_update,
+        updates_per_step=plan.updates_per_step,
+        lr=plan.lr,
+        lr_rule=plan.lr_rule,
+        **({"lr_critic": plan.critic.lr, "lr_rule_critic": plan.critic.lr_rule} if plan.critic else {}),
+        rollout_mode=cfg.rollout.mode,
+        generation_batch=cfg.rollout.generation_batch or plan.samples_per_step,
+        **({"max_staleness": cfg.rollout.max_staleness} if cfg.rollout.mode == "async" else {}),
+        max_concurrency=cfg.rollout.max_concurrency,
+        model=cfg.model.name,
+        task=cfg.task.name if cfg.task.name != "reasoning_gym" else f"reasoning_gym:{cfg.task.dataset}",
+        source="batchscale",
+    )

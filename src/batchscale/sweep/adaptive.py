@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from batchscale.analysis import curves, signal, targets
-from batchscale.config import derive_plan, validate_config
+from batchscale.config import validate_config
 from batchscale.errors import UserError
 from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
 from batchscale.sweep.executors import RunJob, open_executor
@@ -43,7 +43,7 @@ def seed_list(points: list[Point], max_seeds: int) -> list[int]:
 def point_for_seed(template: Point, seed: int) -> Point:
     data = template.config_data
     data["run"]["seed"] = seed
-    return Point(f"{template.label}__s{seed}", template.label, seed, validate_config(data))
+    return Point.of(validate_config(data))
 
 
 def choose_reference_label(templates: dict[str, Point]) -> str:
@@ -55,7 +55,7 @@ def choose_reference_label(templates: dict[str, Point]) -> str:
         list(templates)
 
     def key(label: str):
-        plan = derive_plan(templates[label].config)
+        plan = templates[label].plan
         return plan.samples_per_step, templates[label].config.rollout.mode != "sync", plan.prompts_per_step, label
 
     return min(candidates, key=key)
@@ -106,7 +106,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
     reference = choose_reference_label(templates)
-    plans = {label: derive_plan(t.config) for label, t in templates.items()}
+    plans = {label: t.plan for label, t in templates.items()}
     facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
              for label, plan in plans.items()]
     race = Race(facts, reference, seeds, settings)

@@ -119,7 +119,7 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
     cfg, plan = state.cfg, state.plan
     continuing = loop is not None
     loop = loop or LoopState(next_eval=cfg.run.eval_every_samples)
-    recorder = Recorder(run_dir, cfg, loop, emit, log, resumed)
+    recorder = Recorder(run_dir, state, loop, emit, log, resumed)
     last_checkpoint, stopped = time.perf_counter(), None
     try:
         if not continuing:

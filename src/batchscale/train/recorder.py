@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from batchscale.config import Config, resolved_config, tracker_names
+from batchscale.config import Config, resolved_config, run_descriptor, tracker_names
 from batchscale.rundir import RunLog, run_dir_name
 from batchscale.rundir.run import sweep_of
 from batchscale.rundir.samples import SamplesLog, read_samples, sample_rows
@@ -22,22 +22,24 @@ from batchscale.telemetry.trackers.base import DEFAULT_PROJECT, TrackedRun
 from batchscale.telemetry.trackers.mirror import TrackerMirror, open_trackers
 from batchscale.train.checkpointing import LoopState
 from batchscale.train.health import check_finite_record
-from batchscale.train.run_facts import run_descriptor
+from batchscale.train.state import TrainingState
 
 
 class Recorder:
     """The sinks of one run's records: run log, samples file, trackers, the caller's callback, the finiteness check.
-    `loop` (train.checkpointing.LoopState) holds the records and notes so far, and the training time before this
-    process (a resumed run's `wall_s` continues from it). Close it however the run ends."""
+    `state` gives the config and its plan, derived once (train.state); `loop` (train.checkpointing.LoopState) holds
+    the records and notes so far, and the training time before this process (a resumed run's `wall_s` continues from
+    it). Close it however the run ends."""
 
-    def __init__(self, run_dir: Path, cfg: Config, loop: LoopState, emit: Callable[[dict], None],
+    def __init__(self, run_dir: Path, state: TrainingState, loop: LoopState, emit: Callable[[dict], None],
                  log: Callable[[str], None], resumed: bool = False):
-        self.descriptor = run_descriptor(cfg)
-        self.lr = self.descriptor.lr
+        cfg, plan = state.cfg, state.plan
+        self.descriptor, resolved = run_descriptor(cfg, plan), resolved_config(cfg, plan)
+        self.lr = plan.lr
         self.loop, self.emit, self.log = loop, emit, log
-        self.runlog = RunLog(run_dir, self.descriptor, resolved_config(cfg))
+        self.runlog = RunLog(run_dir, self.descriptor, resolved)
         self.samples_log = SamplesLog(run_dir)
-        self.mirror = open_run_trackers(run_dir, cfg, self.descriptor.label, self.warn, resumed, loop.records)
+        self.mirror = open_run_trackers(run_dir, cfg, resolved, self.warn, resumed, loop.records)
         self.started = time.perf_counter() - loop.wall_s
 
     def wall_s(self) -> float:
@@ -70,14 +72,15 @@ class Recorder:
         self.runlog.finish(summary)
 
 
-def open_run_trackers(run_dir: Path, cfg: Config, label: str, warn: Callable[[str], None], resumed: bool,
+def open_run_trackers(run_dir: Path, cfg: Config, resolved: dict, warn: Callable[[str], None], resumed: bool,
                       records: list[dict]) -> TrackerMirror:
-    """The run's trackers (telemetry.trackers), named after its label and seed and grouped by its sweep; a resumed
-    run's replace the interrupted run's tracker runs with the records (and samples) kept."""
-    sweep = sweep_of(run_dir)
+    """The run's trackers (telemetry.trackers), named after its label and seed and grouped by its sweep, holding its
+    resolved config (`config.resolved_config`); a resumed run's replace the interrupted run's tracker runs with the
+    records (and samples) kept."""
+    sweep, label = sweep_of(run_dir), resolved["derived"]["label"]
     tracked = TrackedRun(run_dir=Path(run_dir), home=sweep or Path(run_dir).absolute().parent,
                          name=run_dir_name(label, cfg.run.seed), group=label,
                          project=sweep.name if sweep else DEFAULT_PROJECT, sweep=sweep.name if sweep else None,
-                         config=resolved_config(cfg))
+                         config=resolved)
     samples = read_samples(run_dir) if resumed else []
     return open_trackers(tracker_names(cfg.run), tracked, warn, resumed, records, samples)
