@@ -24,7 +24,8 @@ from pathlib import Path
 from batchscale.analysis import curves, signal, targets
 from batchscale.config import validate_config
 from batchscale.errors import UserError
-from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
+from batchscale.rundir import (RaceFacts, read_run, read_sweep_document, run_dir_name, sweep_runs_dir,
+                               write_sweep_points)
 from batchscale.sweep.executors import RunJob, open_executor
 from batchscale.sweep.race import PointFacts, Race, RaceSettings
 from batchscale.sweep.race_rule import SeedResult
@@ -138,7 +139,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             time_budget_s=settings.time_budget_s, stopped=dict(race.stopped)))
 
     def fix_target() -> None:
-        runs = [sweep_runs_dir(sweep_dir) / f"{reference}__s{s.seed}" for s in race.results[reference]]
+        runs = [sweep_runs_dir(sweep_dir) / run_dir_name(reference, s.seed) for s in race.results[reference]]
         value, why = default_target(runs)
         race.set_target(value, why)
         for run_dir in runs:  # their N* at the target just fixed
@@ -158,7 +159,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             if race.needs_target and not any(label == reference for label, _ in race.running):
                 fix_target()
             while len(in_flight) < workers and (job := race.next_job(time.perf_counter() - started)) is not None:
-                point = by_name[f"{job.label}__s{job.seed}"]
+                point = by_name[run_dir_name(job.label, job.seed)]
                 pool.submit(RunJob(point, *state.staging_for(point, sweep_dir, log=progress.note)), stop=job.stop)
                 in_flight[point.name] = job
                 launched.append(point.name)

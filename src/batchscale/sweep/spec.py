@@ -27,6 +27,7 @@ from pathlib import Path
 
 from batchscale.config import BatchPlan, Config, derive_plan, read_toml, validate_config
 from batchscale.errors import UserError
+from batchscale.rundir import run_dir_name
 
 SWEEP_KEYS = {"base", "seeds", "set", "grid", "points"}
 
@@ -43,7 +44,7 @@ class Point:
     def of(cls, config: Config) -> "Point":
         """The point that trains `config`: its plan derived, its name and label from the plan."""
         plan = derive_plan(config)
-        return cls(f"{plan.label}__s{config.run.seed}", plan.label, config.run.seed, config, plan)
+        return cls(run_dir_name(plan.label, config.run.seed), plan.label, config.run.seed, config, plan)
 
     @property
     def config_data(self) -> dict:
