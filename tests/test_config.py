@@ -27,6 +27,22 @@ def test_lr_scaling_rules(rule, exponent):
     assert plan.lr_exponent == exponent
 
 
+@pytest.mark.parametrize("rule, exponent", [("sqrt", 0.5), ("linear", 1.0), ("none", 0.0), (0.25, 0.25), (1, 1.0)])
+def test_every_lr_rule_the_config_writes_reads_back_as_its_exponent(rule, exponent):
+    """One table of rule names: run.json's lr_rule (the plan's display name) is read back by analysis and accepted by
+    `import --lr-rule` as the same exponent."""
+    from batchscale.analysis.analyze import is_default_lr_rule, normalize_lr_rule
+    from batchscale.ingest.importer import check_lr_rule
+
+    plan = derive_plan(load_config(None, [f"optim.lr_rule={rule}"]))
+    assert normalize_lr_rule(plan.lr_rule) == plan.lr_exponent == exponent
+    check_lr_rule(plan.lr_rule)
+    assert is_default_lr_rule(plan.lr_rule) == (exponent == 0.5)
+    assert normalize_lr_rule("unknown") == "unknown"
+    with pytest.raises(UserError, match="--lr-rule"):
+        check_lr_rule("cosine")
+
+
 def test_sqrt_rule_doubles_batch_times_sqrt2():
     assert scale_lr(1e-4, 256, 128, 0.5) == pytest.approx(1e-4 * 2**0.5)
     assert scale_lr(3e-4, 128, 128, 0.5) == pytest.approx(3e-4)

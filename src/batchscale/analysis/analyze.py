@@ -30,12 +30,12 @@ import numpy as np
 
 from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
 from batchscale.analysis.runs import LoadedRun, load_runs
+from batchscale.config import DEFAULT_LR_RULE, LR_RULE_EXPONENTS, read_lr_rule
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target
 from batchscale.rundir.ownership import (MARKER_FILE, check_may_write_outputs, directory_kind, mark_directory,
                                          read_marker)
 
-DEFAULT_LR_RULE = "sqrt"
 CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
                "lr", "lr_rule", "rollout_mode", "max_staleness")
 STALENESS_KEY = "async/staleness_mean"
@@ -110,20 +110,14 @@ def write_temporary(final_path: Path, text: str) -> Path:
     return temporary
 
 
-LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0, "fixed": 0.0, "constant": 0.0}
-
-
 def normalize_lr_rule(lr_rule) -> float | str | None:
-    """The LR rule as its exponent a (lr ~ B^a) when it names one ("sqrt", "0.5", "a=0.5" -> 0.5), else the text."""
+    """The LR rule as its exponent a (lr ~ B^a) when it names one ("sqrt", "0.5", "a=0.5" -> 0.5; the names are
+    config's, `config.read_lr_rule`), else the text."""
     if lr_rule is None:
         return None
     text = str(lr_rule).strip().lower()
-    if text in LR_RULE_EXPONENTS:
-        return LR_RULE_EXPONENTS[text]
-    try:
-        return float(text.removeprefix("a="))
-    except ValueError:
-        return text
+    exponent = read_lr_rule(text)
+    return text if exponent is None else exponent
 
 
 def is_default_lr_rule(lr_rule) -> bool:

@@ -17,11 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from batchscale.algorithms.specs import get_algorithm_spec
-from batchscale.config.schema import Config, RolloutConfig, RunConfig
+from batchscale.config.schema import LR_RULE_EXPONENTS, Config, RolloutConfig, RunConfig
 from batchscale.rundir.run import RunDescriptor
-
-LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
-
 
 @dataclass(frozen=True)
 class CriticPlan:
@@ -82,6 +79,18 @@ def scale_lr(lr_reference: float, samples_per_step: int, reference_samples_per_s
 def lr_rule_exponent(rule) -> tuple[float, str]:
     """(exponent, display name) of an lr_rule value: a named rule or a number."""
     return (LR_RULE_EXPONENTS[rule], rule) if isinstance(rule, str) else (float(rule), f"a={rule:g}")
+
+
+def read_lr_rule(name: str) -> float | None:
+    """The exponent a of an lr rule as run.json names it (`lr_rule_exponent`'s display name: "sqrt", "a=0.5") or as
+    a bare number ("0.5"); None for anything else (an import's "unknown")."""
+    if name in LR_RULE_EXPONENTS:
+        return LR_RULE_EXPONENTS[name]
+    try:
+        exponent = float(name.removeprefix("a="))
+    except ValueError:
+        return None
+    return exponent if math.isfinite(exponent) else None
 
 
 def async_label(rollout: RolloutConfig, samples_per_step: int) -> str:

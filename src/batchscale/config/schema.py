@@ -16,6 +16,13 @@ from batchscale.config.ranges import (COUNT_MAX, MAX_NEW_TOKENS_MAX, SAMPLES_MAX
                                       THREADS_MAX)
 
 
+# The named learning-rate rules, lr ~ B^a with a by name: optim.lr_rule and critic.lr_rule take a name or a itself.
+# The one table of them: run.json writes the name (`config.derived.lr_rule_exponent`) and analysis reads it back.
+LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0}
+DEFAULT_LR_RULE = "sqrt"  # square-root scaling, the paper's rule for Adam
+LrRule = Union[Literal[tuple(LR_RULE_EXPONENTS)], float]
+
+
 class Section(BaseModel):
     """A config section: unknown keys, wrong types and non-finite numbers (inf, nan) are errors, never silently
     ignored or coerced."""
@@ -61,7 +68,7 @@ class BatchConfig(Section):
 class OptimConfig(Section):
     name: Literal["adam", "adamw"] = "adamw"
     lr: float = Field(1e-4, gt=0)  # learning rate at the reference batch B_ref
-    lr_rule: Union[Literal["sqrt", "linear", "none"], float] = "sqrt"
+    lr_rule: LrRule = DEFAULT_LR_RULE
     betas: tuple[float, float] = Field((0.9, 0.999), strict=False)  # TOML gives a list
     eps: float = Field(1e-8, gt=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -75,7 +82,7 @@ class CriticConfig(Section):
     """The value model of algorithms that need one (PPO); ignored by the others. Shares optim's Adam settings."""
 
     lr: float = Field(1e-4, gt=0)  # critic learning rate at the reference batch B_ref
-    lr_rule: Union[Literal["sqrt", "linear", "none"], float] = "sqrt"
+    lr_rule: LrRule = DEFAULT_LR_RULE
     max_grad_norm: float | None = Field(1.0, gt=0)  # None: no clipping (the norm is still logged)
     value_clip: float | None = Field(0.2, gt=0)  # new values stay within +-value_clip of the rollout's; None: no clip
 

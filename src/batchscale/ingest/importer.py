@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from batchscale.config import read_lr_rule
 from batchscale.errors import UserError
 from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
@@ -162,12 +163,10 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
     return descriptor, records, summarize_run(descriptor, records, finished=None)  # a log cannot say it finished
 
 
-LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
-
-
 def check_lr_rule(lr_rule: str | None) -> None:
-    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5)."""
-    if lr_rule is not None and not LR_RULE.match(lr_rule):
+    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5:
+    `config.read_lr_rule`)."""
+    if lr_rule is not None and read_lr_rule(lr_rule) is None:
         raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
 
 
