@@ -24,6 +24,7 @@ import json
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -125,16 +126,32 @@ def is_default_lr_rule(lr_rule) -> bool:
     return normalize_lr_rule(lr_rule) == LR_RULE_EXPONENTS[DEFAULT_LR_RULE]
 
 
-def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
+@dataclass(frozen=True)
+class ReferenceFacts:
+    """What the reference choice reads of a configuration: its runs' run.json, or a sweep point's plan (before any
+    run)."""
+
+    lr_rule: str | None  # as run.json names it: "sqrt", "a=0.5", ...
+    samples_per_step: int
+    rollout_mode: str
+    prompts_per_step: int | None
+
+
+def choose_reference_label(facts: dict[str, ReferenceFacts]) -> str:
     """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it), a synchronous one
-    before an asynchronous one of the same batch."""
-    candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].descriptor.lr_rule)]
-    candidates = candidates or list(by_label)
-    return min(
-        candidates,
-        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].descriptor.rollout_mode != "sync",
-                           by_label[label][0].descriptor.prompts_per_step or 0, label),
-    )
+    before an asynchronous one of the same batch, then fewer prompts, then the label. Analysis and a racing sweep
+    (sweep.adaptive, before its runs exist) both choose by it."""
+    candidates = [label for label, f in facts.items() if is_default_lr_rule(f.lr_rule)] or list(facts)
+    return min(candidates, key=lambda label: (facts[label].samples_per_step, facts[label].rollout_mode != "sync",
+                                              facts[label].prompts_per_step or 0, label))
+
+
+def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
+    """The reference among the labels of loaded runs (`choose_reference_label` on their run.json)."""
+    return choose_reference_label({label: ReferenceFacts(runs[0].descriptor.lr_rule, runs[0].samples_per_step,
+                                                         runs[0].descriptor.rollout_mode,
+                                                         runs[0].descriptor.prompts_per_step)
+                                   for label, runs in by_label.items()})
 
 
 USER_TARGET_RULE = "given by the user (--target)"

@@ -13,10 +13,9 @@ from batchscale.config.schema import (DEFAULT_LR_RULE, LR_RULE_EXPONENTS, Algori
                                       Section, TaskConfig)
 
 __all__ = [
-    "AUTO_CHECKPOINT_S", "DEFAULT_LR_RULE", "LR_RULE_EXPONENTS", "AlgorithmConfig", "BatchConfig", "BatchPlan", "Config", "CriticConfig",
-    "CriticPlan", "ModelConfig", "OptimConfig", "RolloutConfig", "RunConfig", "SamplingConfig", "Section", "TaskConfig",
-    "apply_overrides", "check_combinations", "check_device_name", "check_rollout_mode", "derive_plan", "load_config",
-    "lr_rule_exponent", "nearest_divisor", "parse_override", "read_lr_rule", "read_toml", "resolved_config",
-    "run_descriptor",
-    "scale_lr", "tracker_names", "validate_config",
+    "AUTO_CHECKPOINT_S", "DEFAULT_LR_RULE", "LR_RULE_EXPONENTS", "AlgorithmConfig", "BatchConfig", "BatchPlan",
+    "Config", "CriticConfig", "CriticPlan", "ModelConfig", "OptimConfig", "RolloutConfig", "RunConfig",
+    "SamplingConfig", "Section", "TaskConfig", "apply_overrides", "check_combinations", "check_device_name",
+    "check_rollout_mode", "derive_plan", "load_config", "lr_rule_exponent", "nearest_divisor", "parse_override",
+    "read_lr_rule", "read_toml", "resolved_config", "run_descriptor", "scale_lr", "tracker_names", "validate_config",
 ]

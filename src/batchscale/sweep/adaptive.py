@@ -22,6 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from batchscale.analysis import curves, signal, targets
+from batchscale.analysis.analyze import USER_TARGET_RULE, ReferenceFacts, choose_reference_label
 from batchscale.config import validate_config
 from batchscale.errors import UserError
 from batchscale.rundir import (RaceFacts, read_run, read_sweep_document, run_dir_name, sweep_runs_dir,
@@ -47,19 +48,10 @@ def point_for_seed(template: Point, seed: int) -> Point:
     return Point.of(validate_config(data))
 
 
-def choose_reference_label(templates: dict[str, Point]) -> str:
-    """As analyze chooses it (analysis.analyze.choose_reference): the smallest samples_per_step among the sqrt-LR
-    labels (all labels when none is), a synchronous one first, then fewer prompts, then the label."""
-    from batchscale.analysis.analyze import is_default_lr_rule
-
-    candidates = [label for label, p in templates.items() if is_default_lr_rule(p.config.optim.lr_rule)] or \
-        list(templates)
-
-    def key(label: str):
-        plan = templates[label].plan
-        return plan.samples_per_step, templates[label].config.rollout.mode != "sync", plan.prompts_per_step, label
-
-    return min(candidates, key=key)
+def choose_reference(templates: dict[str, Point]) -> str:
+    """The reference label, as analyze chooses it (analysis.analyze.choose_reference_label), from the points' plans."""
+    return choose_reference_label({label: ReferenceFacts(p.plan.lr_rule, p.plan.samples_per_step, p.config.rollout.mode,
+                                                         p.plan.prompts_per_step) for label, p in templates.items()})
 
 
 def seed_result(run_dir: Path, target: float | None) -> SeedResult:
@@ -106,12 +98,12 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     seeds = seed_list(points, settings.max_seeds)
     candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
-    reference = choose_reference_label(templates)
+    reference = choose_reference(templates)
     plans = {label: t.plan for label, t in templates.items()}
     facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
              for label, plan in plans.items()]
     race = Race(facts, reference, seeds, settings)
-    rule = target_rule or "given by the user (--target)"
+    rule = target_rule or USER_TARGET_RULE
     previous = read_sweep_document(sweep_dir)
     if previous is not None and previous.race is not None and previous.race.target is not None:
         if target is not None and not math.isclose(target, previous.race.target):
