@@ -112,3 +112,27 @@ def test_existing_run_dir_is_refused_before_compute(tmp_path, capsys):
     (tmp_path / "run.json").write_text("{}")  # a run of an earlier batchscale: run.json, metrics.jsonl, nothing else
     assert main(["train", "--out", str(tmp_path), "--set", "run.budget_samples=128"]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_every_caller_gets_the_algorithms_group_rule(tmp_path):
+    """check_combinations reads GRPO's G >= 2 from the config itself: the sweep's worker (sweep.runner.run_point) and a
+    racing sweep's extra seeds (sweep.adaptive.point_for_seed) validated the raw dict without it before (issue 40)."""
+    from batchscale.config import Config, validate_config
+    from batchscale.sweep.adaptive import point_for_seed
+    from batchscale.sweep.runner import run_point
+    from batchscale.sweep.spec import Point
+
+    data = {"batch": {"prompts_per_step": 4, "samples_per_prompt": 1, "micro_batch_size": 4}}
+    unchecked = Config.model_validate(data)  # the schema alone: no rule across fields
+    rule = "grpo needs at least 2 responses per prompt"
+    with pytest.raises(UserError, match=rule) as info:
+        validate_config(data)
+    assert info.value.field == "batch.samples_per_prompt"
+    with pytest.raises(UserError, match=rule):
+        run_point(unchecked.model_dump(mode="json"), str(tmp_path / "staging"), "p", threads=1)
+    assert not (tmp_path / "staging").exists()
+    with pytest.raises(UserError, match=rule):
+        point_for_seed(Point("p", "p", 0, unchecked, derive_plan(unchecked)), seed=1)
+    assert validate_config({**data, "algorithm": {"name": "ppo"}}).batch.samples_per_prompt == 1  # its critic suffices
+    with pytest.raises(UserError, match="unknown algorithm 'dpo'"):
+        validate_config({"algorithm": {"name": "dpo"}})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.config.derived import tracker_names
 from batchscale.config.ranges import check_label_text, check_lr_exponents, check_template
 from batchscale.config.schema import Config, RolloutConfig
@@ -40,11 +41,13 @@ def check_device_name(name: str, field: str = "run.device") -> None:
                         f"set {field} to 'auto' (CUDA when available), 'cpu', 'cuda' or e.g. 'cuda:0'")
 
 
-def check_combinations(cfg: Config, min_samples_per_prompt: int = 1) -> None:
-    """Rules that span fields. Raises UserError naming the key, the rule and the fix."""
+def check_combinations(cfg: Config) -> None:
+    """Rules that span fields, the algorithm's needs read from `cfg.algorithm.name` (algorithms.specs: GRPO's baseline
+    needs G >= 2), so every caller gets them. Raises UserError naming the key, the rule and the fix."""
     b = cfg.batch
     check_device_name(cfg.run.device)
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
+    min_samples_per_prompt = get_algorithm_spec(cfg.algorithm.name).min_samples_per_prompt  # unknown name: the error
     if b.samples_per_prompt < min_samples_per_prompt:
         raise UserError(
             "batch.samples_per_prompt",

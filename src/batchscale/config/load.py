@@ -10,10 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from batchscale.algorithms.specs import get_algorithm_spec
 from batchscale.config.checks import check_combinations
 from batchscale.config.messages import explain_validation_error
-from batchscale.config.schema import AlgorithmConfig, Config
+from batchscale.config.schema import Config
 from batchscale.errors import UserError
 from batchscale.files import read_text_utf8
 
@@ -43,12 +42,13 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def validate_config(data: dict, min_samples_per_prompt: int = 1) -> Config:
+def validate_config(data: dict) -> Config:
+    """The config of `data` (a TOML document's tables), its types, ranges and cross-field rules checked."""
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
         raise explain_validation_error(e.errors(), Config) from None
-    check_combinations(cfg, min_samples_per_prompt)
+    check_combinations(cfg)
     return cfg
 
 
@@ -62,11 +62,7 @@ def read_toml(path: Path) -> dict:
         raise UserError(str(path), f"is not valid TOML ({e})", "fix the syntax at the line named") from None
 
 
-def load_config(path: Path | None, overrides: list[str] = (), min_samples_per_prompt: int | None = None) -> Config:
+def load_config(path: Path | None, overrides: list[str] = ()) -> Config:
     """Read TOML (or start from defaults), apply --set overrides, validate. No side effects."""
     data = read_toml(path) if path is not None else {}
-    data = apply_overrides(data, list(overrides))
-    if min_samples_per_prompt is None:
-        name = data.get("algorithm", {}).get("name", AlgorithmConfig().name) if isinstance(data.get("algorithm"), dict) else "grpo"
-        min_samples_per_prompt = get_algorithm_spec(name).min_samples_per_prompt
-    return validate_config(data, min_samples_per_prompt)
+    return validate_config(apply_overrides(data, list(overrides)))

@@ -156,11 +156,8 @@ def check_overrides_not_swept(overrides: list[str], data: dict) -> None:
 
 
 def _validate_point(point_data: dict, combo: dict, seed: int) -> Config:
-    from batchscale.algorithms.specs import get_algorithm_spec
-
-    name = point_data.get("algorithm", {}).get("name", "grpo")
     try:
-        return validate_config(point_data, get_algorithm_spec(name).min_samples_per_prompt)
+        return validate_config(point_data)
     except UserError as e:
         where = ", ".join(f"{k}={v}" for k, v in combo.items()) or "base"
         raise UserError(f"point ({where}, seed {seed}): {e.field}", e.rule, e.fix) from None
