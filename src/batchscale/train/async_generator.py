@@ -198,7 +198,6 @@ class _Streamer:
         self.started += len(admitted)
 
     def finish(self, ended: list[int]) -> None:
-        run = self.run
         for seq in ended:
             group_id = self.group_of.pop(seq)
             group = self.live[group_id]
@@ -206,11 +205,9 @@ class _Streamer:
             if group["left"]:
                 continue
             del self.live[group_id]
-            seqs = group["seqs"]
+            streams = self.run.release(group["seqs"])  # the stream keeps no sent sequence
             self.finished.put({
                 "group_id": group_id, "start_version": group["start_version"], "pid": os.getpid(),
-                "prompt_ids": [run.prompt_ids[q] for q in seqs], "response_ids": [run.responses[q] for q in seqs],
-                "logprobs": [run.logprobs[q] for q in seqs], "versions": [run.versions[q] for q in seqs],
+                "prompt_ids": [s.prompt_ids for s in streams], "response_ids": [s.responses for s in streams],
+                "logprobs": [s.logprobs for s in streams], "versions": [s.versions for s in streams],
             })
-            for q in seqs:  # the stream keeps no finished sequence's tokens
-                run.prompt_ids[q] = run.responses[q] = run.logprobs[q] = run.versions[q] = None
