@@ -21,7 +21,8 @@ Logged per step: `async/staleness_mean` and `async/staleness_max` (versions betw
 update that consumes it), `async/partial_frac` (responses whose tokens span more than one version),
 `async/buffer_size` (finished groups waiting when the step took its P, those taken included), `async/dropped_groups`,
 `time/wait_for_samples`, `time/generator_idle` and `time/generate` (the generator's idle and decoding seconds since the
-previous step), and `rollout/active_mean` (mean sequences per decode step since the previous step). The loss corrects
+previous step), `time/sync_weights` (publishing the step's new weights, the lock wait included), and
+`rollout/active_mean` (mean sequences per decode step since the previous step). The loss corrects
 stale tokens with a truncated importance weight (algorithms.offpolicy).
 """
 
@@ -101,10 +102,13 @@ class AsyncRollouts:
                 self.groups_sampled += 1
 
     def publish(self, model) -> None:
-        try:
-            self.weights.publish(model, self.process.is_alive)
-        except GeneratorDied:
-            raise self.died("publishing new weights") from None
+        """Copy the actor's new weights into shared memory, timed as `time/sync_weights` (the copy and the wait for
+        the lock the generator holds while it loads them), apart from the update's `time/train`."""
+        with self.timer.phase("sync_weights"):
+            try:
+                self.weights.publish(model, self.process.is_alive)
+            except GeneratorDied:
+                raise self.died("publishing new weights") from None
 
     def died(self, when: str) -> UserError:
         return UserError("rollout.mode", f"the generator process died (exit code {self.process.exitcode}) while the "

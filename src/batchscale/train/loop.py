@@ -19,7 +19,8 @@ give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held 
 The loop is handed its rollouts by a source (train.rollout_source): the current policy at the rollout boundary, or
 with `rollout.mode = "async"` a generator process (train.async_rollouts) whose P complete groups may have been
 sampled by older weights, and whose tokens the update weights by a truncated importance ratio (algorithms.offpolicy).
-After the actor's update the loop publishes the new weights to the source. The loop is otherwise the same.
+After the actor's update the loop publishes the new weights to the source (an asynchronous source times the copy and
+its lock wait as `time/sync_weights`, apart from `time/train`). The loop is otherwise the same.
 
 Health (train.health): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
@@ -224,7 +225,7 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
             actor_stats = actor.update(batch, advantages, off_policy)
-            source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
+        source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
