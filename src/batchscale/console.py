@@ -2,8 +2,8 @@
 
 A rich display draws nothing when its console is not a terminal (`make demo > log`, `| tee`, CI, a Ray task's log),
 so there progress goes out as plain lines instead, and a heartbeat line whenever `HEARTBEAT_S` seconds pass with
-nothing printed (`Heartbeat`). `long_phase` gives that guarantee to a long phase (the tiny model's warm start, the
-profiles, a sweep point's start); a training run's bar is `train.run_progress`, a sweep's `sweep.progress`.
+nothing printed (`Heartbeat`). `long_phase` gives that guarantee to a long phase outside a run (the tiny model's warm
+start before a sweep, the profiles); a training run's bar is `train.run_progress`, a sweep's `sweep.progress`.
 
 Everything is drawn on stderr (`console`) so that stdout stays clean for `--json`.
 """

@@ -263,7 +263,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "time_to_target_realized": measured["realized_mean"],
             "learns": signals[label]["learns"],
             "staleness_mean": mean_of_present([r.get(STALENESS_KEY) for run in runs for r in run.steps]),
-            "stopped": cannot_win_message(runs),
+            "stopped": race_stop_message(runs),
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,
@@ -294,7 +294,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     return result, details
 
 
-def cannot_win_message(runs: list[LoadedRun]) -> str | None:
+def race_stop_message(runs: list[LoadedRun]) -> str | None:
     """Why a racing sweep stopped this label's point ("cannot win (T > 41 s at N = 5,120)"), from the first of its
     seeds whose summary says so; None when none was stopped for that reason. A run stopped on reaching the sweep's
     target (reason "target") is read as any other: its N* is where it crossed."""

@@ -54,7 +54,7 @@ def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
     return READERS[fmt](path)
 
 
-def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
+def attach_framework_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
     """Attach the framework config to `parsed`: the one given with --config, else the one the log printed (verl's
     console), else a verl Hydra config.yaml found beside or above the log (frameworkconfig.find_config_file)."""
     if config_path is not None:
@@ -134,7 +134,7 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
     normalize_legacy_verl(parsed)
-    load_config(parsed, path, config_path)
+    attach_framework_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     records, report = build_records(parsed, str(path), prompts * group, prompts, fields.pop("samples_by_step", None))

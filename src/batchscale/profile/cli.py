@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-from batchscale.profile.options import (DEFAULT_BATCHES, default_concurrencies, parse_batches, parse_concurrencies,
+from batchscale.profile.options import (DEFAULT_BATCHES, default_concurrencies, parse_profile_batches, parse_concurrencies,
                                         validate_micro_batch)
 
 ThreadsOption = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")]
@@ -146,7 +146,7 @@ def training(
     json_out: JsonOption = False,
 ) -> None:
     """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
-    levels = parse_batches(batches)
+    levels = parse_profile_batches(batches)
     validate_micro_batch(levels, micro_batch_size)
     set_threads(threads)
     from batchscale.profile.training import profile_training
