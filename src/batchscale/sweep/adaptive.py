@@ -48,7 +48,7 @@ def point_for_seed(template: Point, seed: int) -> Point:
     return Point.of(validate_config(data))
 
 
-def choose_reference(templates: dict[str, Point]) -> str:
+def reference_of(templates: dict[str, Point]) -> str:
     """The reference label, as analyze chooses it (analysis.analyze.choose_reference_label), from the points' plans."""
     return choose_reference_label({label: ReferenceFacts(p.plan.lr_rule, p.plan.samples_per_step, p.config.rollout.mode,
                                                          p.plan.prompts_per_step) for label, p in templates.items()})
@@ -98,7 +98,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     seeds = seed_list(points, settings.max_seeds)
     candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
-    reference = choose_reference(templates)
+    reference = reference_of(templates)
     plans = {label: t.plan for label, t in templates.items()}
     facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
              for label, plan in plans.items()]
