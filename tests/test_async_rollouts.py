@@ -20,7 +20,7 @@ from batchscale.config import load_config
 from batchscale.errors import UserError
 from batchscale.policy.forward import token_logprobs
 from batchscale.policy.sequences import collate
-from batchscale.train.async_generator import admission_limit
+from batchscale.train.async_generator import FinishedGroup, admission_limit
 from batchscale.train.async_rollouts import AsyncRollouts
 from batchscale.train.loop import train
 from batchscale.train.rollout_source import open_rollout_source
@@ -128,7 +128,8 @@ def test_the_stream_never_splits_groups_never_reuses_samples_bounds_staleness_an
                         p.add_(0.05 * torch.randn(p.shape, generator=generator))
                 snapshots[step] = {name: p.detach().clone() for name, p in model.named_parameters()}
                 source.publish(model)
-            buffered = [g["group_id"] for g in source.buffer]
+            assert all(type(g) is FinishedGroup for g in source.buffer)  # typed across the process boundary
+            buffered = [g.group_id for g in source.buffer]
             dropped = source.dropped_ids
     finally:
         state.task.close()

@@ -25,7 +25,6 @@ The process calls processes.die_with_parent first, so a killed trainer leaves no
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 from dataclasses import dataclass
@@ -114,13 +113,26 @@ class GeneratorSettings:
 
 
 @dataclass(frozen=True)
+class FinishedGroup:
+    """One prompt's G responses, finished by the generator and sent to the trainer through the `finished` queue: each
+    response's prompt and token ids, and per token its log-prob and the weights version that sampled it."""
+
+    group_id: int  # the order the trainer sampled the prompt in
+    start_version: int  # the weights version its decoding started under (its staleness is counted from it)
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    logprobs: list[list[float]]
+    versions: list[list[int]]
+
+
+@dataclass(frozen=True)
 class Channels:
     """What the trainer and the generator process share: weights, counters, the two queues and the stop event."""
 
     weights: SharedWeights
     counters: Counters
     prompts: object  # queue of (group_id, [G prompt token ids]), trainer -> generator
-    finished: object  # queue of finished groups, generator -> trainer
+    finished: object  # queue of FinishedGroup, generator -> trainer
     stop: object  # event: the trainer is done
 
 
@@ -206,8 +218,7 @@ class _Streamer:
                 continue
             del self.live[group_id]
             streams = self.run.release(group["seqs"])  # the stream keeps no sent sequence
-            self.finished.put({
-                "group_id": group_id, "start_version": group["start_version"], "pid": os.getpid(),
-                "prompt_ids": [s.prompt_ids for s in streams], "response_ids": [s.responses for s in streams],
-                "logprobs": [s.logprobs for s in streams], "versions": [s.versions for s in streams],
-            })
+            self.finished.put(FinishedGroup(
+                group_id, group["start_version"], prompt_ids=[s.prompt_ids for s in streams],
+                response_ids=[s.responses for s in streams], logprobs=[s.logprobs for s in streams],
+                versions=[s.versions for s in streams]))

@@ -37,8 +37,8 @@ import torch.multiprocessing as mp
 
 from batchscale.errors import UserError
 from batchscale.rollout.base import Rollouts, StepRollouts
-from batchscale.train.async_generator import (Channels, Counters, GeneratorDied, GeneratorSettings, SharedWeights,
-                                               admission_limit, generator_main)
+from batchscale.train.async_generator import (Channels, Counters, FinishedGroup, GeneratorDied, GeneratorSettings,
+                                               SharedWeights, admission_limit, generator_main)
 
 POLL_S = 0.2  # how often a waiting trainer checks that the generator is alive
 STOP_TIMEOUT_S = 10.0
@@ -60,7 +60,7 @@ class AsyncRollouts:
             cfg.sampling.top_p, cfg.sampling.max_new_tokens)
         self.context = mp.get_context("spawn")
         self.examples: dict[int, object] = {}  # group id -> the task example it answers
-        self.buffer: list[dict] = []  # finished groups not yet taken
+        self.buffer: list[FinishedGroup] = []  # finished groups not yet taken
         self.groups_sampled = 0
         self.dropped_ids: list[int] = []  # groups dropped as too stale, in order
         self.last = {"busy_s": 0.0, "idle_s": 0.0, "decoded_rows": 0, "decode_steps": 0}
@@ -122,20 +122,20 @@ class AsyncRollouts:
         with self.timer.phase("wait_for_samples"):
             while True:
                 self.drain()
-                fresh = [g for g in self.buffer if version - g["start_version"] <= self.k]
+                fresh = [g for g in self.buffer if version - g.start_version <= self.k]
                 if len(fresh) < len(self.buffer):
                     dropped_now += len(self.buffer) - len(fresh)
                     self.counters.add("dropped_groups", len(self.buffer) - len(fresh))
                     for g in self.buffer:
                         if g not in fresh:
-                            self.dropped_ids.append(g["group_id"])
-                            del self.examples[g["group_id"]]
+                            self.dropped_ids.append(g.group_id)
+                            del self.examples[g.group_id]
                     self.buffer = fresh
                 if len(self.buffer) >= self.P:
                     break
                 self.wait_for_group(step)
         buffered = len(self.buffer)
-        self.buffer.sort(key=lambda g: (g["start_version"], g["group_id"]))
+        self.buffer.sort(key=lambda g: (g.start_version, g.group_id))
         taken, self.buffer = self.buffer[: self.P], self.buffer[self.P:]
         return self.step_rollouts(taken, version, buffered, dropped_now)
 
@@ -153,14 +153,14 @@ class AsyncRollouts:
             if not self.process.is_alive():
                 raise self.died(f"waiting for the samples of step {step}") from None
 
-    def step_rollouts(self, groups: list[dict], version: int, buffered: int, dropped_now: int) -> StepRollouts:
-        flat = {key: [row for g in groups for row in g[key]] for key in ("prompt_ids", "response_ids", "logprobs",
-                                                                          "versions")}
-        examples = [self.examples.pop(g["group_id"]) for g in groups]
+    def step_rollouts(self, groups: list[FinishedGroup], version: int, buffered: int, dropped_now: int) -> StepRollouts:
+        flat = {key: [row for g in groups for row in getattr(g, key)]
+                for key in ("prompt_ids", "response_ids", "logprobs", "versions")}
+        examples = [self.examples.pop(g.group_id) for g in groups]
         now = {name: getattr(self.counters, name).value for name in self.last}
         delta = {name: now[name] - self.last[name] for name in now}
         self.last = now
-        staleness = [version - g["start_version"] for g in groups for _ in range(self.G)]
+        staleness = [version - g.start_version for g in groups for _ in range(self.G)]
         partial = [len(set(v)) > 1 for v in flat["versions"]]
         active_mean = delta["decoded_rows"] / delta["decode_steps"] if delta["decode_steps"] else None
         texts = self.policy.tokenizer.batch_decode(flat["response_ids"], skip_special_tokens=True)
@@ -175,4 +175,4 @@ class AsyncRollouts:
             "time/generate": delta["busy_s"],
             "time/generator_idle": delta["idle_s"],
         }
-        return StepRollouts(examples, rollouts, record, flat["versions"], version, [g["group_id"] for g in groups])
+        return StepRollouts(examples, rollouts, record, flat["versions"], version, [g.group_id for g in groups])
