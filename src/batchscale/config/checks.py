@@ -44,8 +44,46 @@ def check_device_name(name: str, field: str = "run.device") -> None:
 def check_combinations(cfg: Config) -> None:
     """Rules that span fields, the algorithm's needs read from `cfg.algorithm.name` (algorithms.specs: GRPO's baseline
     needs G >= 2), so every caller gets them. Raises UserError naming the key, the rule and the fix."""
-    b = cfg.batch
     check_device_name(cfg.run.device)
+    check_batch_shape(cfg)
+    if cfg.model.dtype == "bfloat16" and cfg.optim.compute_dtype == "float32":
+        raise UserError("optim.compute_dtype", "float32 arithmetic needs float32 weights, but model.dtype = 'bfloat16'",
+                        "set model.dtype = 'float32' (float32 master weights), or optim.compute_dtype = 'auto'")
+    if cfg.task.name == "data" and not cfg.task.path:
+        raise UserError("task.path", "task.name = 'data' reads prompts from a file, but no path is set",
+                        "set task.path to a JSONL or Parquet file of {prompt, answer} rows")
+    if cfg.task.name == "arithmetic":
+        bad = set(cfg.task.operations) - set("+-*")
+        if bad or not cfg.task.operations:
+            raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
+                            "set task.operations to e.g. '+' or '+-'")
+    check_rollout_mode(cfg.rollout, cfg.batch.prompts_per_step * cfg.batch.samples_per_prompt)
+    check_trackers_installed(tracker_names(cfg.run))
+    if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
+        raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
+                        "choose a label of letters, digits, '-' and '_'")
+    check_label_text(cfg.run.label)
+    check_lr_exponents({"optim.lr_rule": cfg.optim.lr_rule, "critic.lr_rule": cfg.critic.lr_rule})
+    if cfg.task.name == "arithmetic":
+        check_template(cfg.task.template)
+
+
+def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:
+    """Asynchronous rollouts need the streaming engine and at least one step's responses in flight."""
+    if rollout.mode != "async":
+        return
+    if rollout.backend != "engine":
+        raise UserError("rollout.mode", f"asynchronous rollouts stream through the engine, but rollout.backend = "
+                        f"{rollout.backend!r}", "set rollout.backend = 'engine', or rollout.mode = 'sync'")
+    if rollout.generation_batch is not None and rollout.generation_batch < samples_per_step:
+        raise UserError("rollout.generation_batch", f"{rollout.generation_batch} responses in flight cannot fill one "
+                        f"update of P*G = {samples_per_step}", f"set rollout.generation_batch >= {samples_per_step}")
+
+
+def check_batch_shape(cfg: Config) -> None:
+    """The batch splits as the update needs: G for the algorithm's baseline, whole micro-batches per update, whole
+    prompts per mini-batch, at least one step in the budget."""
+    b = cfg.batch
     samples_per_step = b.prompts_per_step * b.samples_per_prompt
     min_samples_per_prompt = get_algorithm_spec(cfg.algorithm.name).min_samples_per_prompt  # unknown name: the error
     if b.samples_per_prompt < min_samples_per_prompt:
@@ -86,35 +124,3 @@ def check_combinations(cfg: Config) -> None:
             f"the budget ({cfg.run.budget_samples} samples) is smaller than one step (P*G = {samples_per_step})",
             f"set run.budget_samples >= {samples_per_step}",
         )
-    if cfg.model.dtype == "bfloat16" and cfg.optim.compute_dtype == "float32":
-        raise UserError("optim.compute_dtype", "float32 arithmetic needs float32 weights, but model.dtype = 'bfloat16'",
-                        "set model.dtype = 'float32' (float32 master weights), or optim.compute_dtype = 'auto'")
-    if cfg.task.name == "data" and not cfg.task.path:
-        raise UserError("task.path", "task.name = 'data' reads prompts from a file, but no path is set",
-                        "set task.path to a JSONL or Parquet file of {prompt, answer} rows")
-    if cfg.task.name == "arithmetic":
-        bad = set(cfg.task.operations) - set("+-*")
-        if bad or not cfg.task.operations:
-            raise UserError("task.operations", f"must be a non-empty string of '+', '-', '*', got {cfg.task.operations!r}",
-                            "set task.operations to e.g. '+' or '+-'")
-    check_rollout_mode(cfg.rollout, samples_per_step)
-    check_trackers_installed(tracker_names(cfg.run))
-    if cfg.run.label is not None and ("/" in cfg.run.label or "__" in cfg.run.label):
-        raise UserError("run.label", f"{cfg.run.label!r} must not contain '/' or '__' (run directories are <label>__s<seed>)",
-                        "choose a label of letters, digits, '-' and '_'")
-    check_label_text(cfg.run.label)
-    check_lr_exponents({"optim.lr_rule": cfg.optim.lr_rule, "critic.lr_rule": cfg.critic.lr_rule})
-    if cfg.task.name == "arithmetic":
-        check_template(cfg.task.template)
-
-
-def check_rollout_mode(rollout: RolloutConfig, samples_per_step: int) -> None:
-    """Asynchronous rollouts need the streaming engine and at least one step's responses in flight."""
-    if rollout.mode != "async":
-        return
-    if rollout.backend != "engine":
-        raise UserError("rollout.mode", f"asynchronous rollouts stream through the engine, but rollout.backend = "
-                        f"{rollout.backend!r}", "set rollout.backend = 'engine', or rollout.mode = 'sync'")
-    if rollout.generation_batch is not None and rollout.generation_batch < samples_per_step:
-        raise UserError("rollout.generation_batch", f"{rollout.generation_batch} responses in flight cannot fill one "
-                        f"update of P*G = {samples_per_step}", f"set rollout.generation_batch >= {samples_per_step}")

@@ -1,21 +1,17 @@
-"""The PPO critic: a value model of the policy's own family, its own optimizer, and its micro-batched update.
+"""The PPO critic: a value model of the policy's own family, its own optimizer, and its loss on one micro-batch.
 
 The value model is the policy's transformer body (its `base_model`: the decoder without the LM head) with a scalar
-linear head, as in OpenRLHF's critic and TRL's value head. It is copied from the policy before the first update, so it
-starts from the same checkpoint whatever the policy was loaded from (the built-in tiny model, a local directory, a
-de-quantized GGUF) and needs no second load from disk nor a per-architecture `...ForTokenClassification` class (not
-every family has one, and their heads carry dropout). The head is initialized with a small std (1 / (hidden + 1), as in
-OpenRLHF) so that initial values are near 0; it computes in float32 whatever the body's dtype.
+linear head, as in OpenRLHF's critic and TRL's value head, copied from the policy before the first update: it starts
+from the same checkpoint whatever the policy was loaded from, with no second load nor a per-architecture
+`...ForTokenClassification` class (not every family has one, and their heads carry dropout). The head starts near 0
+(std 1 / (hidden + 1), as in OpenRLHF) and computes in float32 whatever the body's dtype; at (hidden x 1) it costs
+next to nothing at every position, so it is left there.
 
 Values are per-token like every other tensor of `policy.sequences`: (N, L - 1), position t the value of the state after
-tokens <= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
-(`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
-it; `train.update` runs it as it runs the actor's (epochs x mini-batches x gradient chunks x micro-batches). The
-critic has its own learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and
-its own gradient clipping; Adam's other settings come from `optim`. It shares the actor's execution choices:
-micro-batches of length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16.
-The value head is a (hidden x 1) projection, so unlike the LM head it costs next to nothing at every position and is
-left there.
+tokens <= t. The loss is the clipped value loss (`losses.clipped_value_loss`) with the policy loss's batch-wide
+normalizer; `train.update` runs it as it runs the actor's. The critic's learning rate is scaled by its own rule
+(`critic.lr`, `critic.lr_rule`, `config.CriticPlan`), with its own clipping and `optim`'s other Adam settings, and it
+shares the actor's execution choices (length-sorted micro-batches, bf16 autocast over float32 weights).
 """
 
 from __future__ import annotations

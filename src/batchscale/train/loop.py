@@ -231,8 +231,7 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
             with timer.phase("train_critic"):
                 critic_stats = state.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs))
     seconds = timer.reset()
-    lengths = np.array([len(r) for r in rollouts.response_ids])
-    groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)
+    lengths, groups = np.array([len(r) for r in rollouts.response_ids]), rewards.view(plan.prompts_per_step, -1)
     eos_id = state.policy.tokenizer.eos_token_id
     return {
         "kind": "step",
@@ -247,7 +246,7 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
         "response/truncated_frac": float(np.mean([eos_missing(r, eos_id) for r in rollouts.response_ids])),
         "tokens/generated": int(lengths.sum()),
         "rollout/active_mean": rollouts.stats.get("active_mean"),
-        # generate, train, step (+ generate_baseline, train_critic)
+        # generate, train, step (+ generate_baseline, train_critic; async: sync_weights, wait_for_samples)
         **{f"time/{phase}": phase_s for phase, phase_s in seconds.items()},
         "lr/actor": actor.optimizer.param_groups[0]["lr"],
         **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl), gns/grad_sq, gns/trace_sigma
