@@ -59,7 +59,7 @@ def update_network(network: Network, batch: SequenceBatch, micro_loss: MicroLoss
                                           network.sort_by_length):
             chunk_rows = torch.cat(chunk)  # (n,)
             own = max(loss_normalizer(mini.response_mask[chunk_rows], aggregation), 1.0)
-            with chunk_norms.chunk(len(chunk_rows), normalizer / own):
+            with chunk_norms.chunk(len(chunk_rows), normalizer / own):  # T / T_k: to the chunk's own mean gradient
                 for rows in chunk:
                     micro, _ = mini.select(rows)
                     weights = token_weights(micro.response_mask, aggregation, normalizer)  # (n, width)
