@@ -109,9 +109,9 @@ def test_bad_inputs_name_the_field(override, field, says):
 
 @needs_gym
 def test_template_and_run_json_task_name():
-    from batchscale.train.run_facts import run_descriptor
+    from batchscale.config import derive_plan, run_descriptor
 
     task = gym_task("task.template=Q: {question}\nA:")
     assert all(ex.prompt.startswith("Q: ") and ex.prompt.endswith("\nA:") for ex in task.eval_examples())
     cfg = load_config(None, SMALL_SUMS)
-    assert run_descriptor(cfg).task == "reasoning_gym:chain_sum"  # runs of two datasets are two tasks to analyze
+    assert run_descriptor(cfg, derive_plan(cfg)).task == "reasoning_gym:chain_sum"  # runs of two datasets are two tasks to analyze

@@ -10,7 +10,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from pathlib import Path
 
-from batchscale.config import derive_plan
+from batchscale.console import console, print_plain
 from batchscale.errors import UserError
 from batchscale.files import resolve_out
 from batchscale.rundir.lock import SweepLock
@@ -21,7 +21,6 @@ from batchscale.sweep.race import RaceSettings
 from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
                                      read_summary)
 from batchscale.sweep.spec import Point
-from batchscale.train.progress import console, print_plain
 
 
 def check_inputs(points: list[Point]) -> None:
@@ -104,7 +103,7 @@ def event_handler(progress: SweepProgress, totals: dict[str, int]):
 
 
 def run_totals(points: list[Point]) -> dict[str, int]:
-    return {p.name: derive_plan(p.config).num_steps * derive_plan(p.config).samples_per_step for p in points}
+    return {p.name: p.plan.num_steps * p.plan.samples_per_step for p in points}
 
 
 def _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads) -> dict:
