@@ -191,6 +191,15 @@ def test_chat_prompts_need_the_chat_template_before_any_compute(tmp_path, capsys
     assert err.startswith("error: model.chat_template") and err.count("\n") == 1 and not out.exists()
 
 
+def test_parquet_and_saved_datasets_without_pyarrow_name_the_extra(tmp_path, monkeypatch):
+    path = write_parquet(tmp_path / "d.parquet", [{"prompt": "a", "answer": "1"}] * 3)
+    monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)  # `import pyarrow` raises ImportError
+    for where in (path, HF_SAVED / "train"):
+        with pytest.raises(UserError, match=r"batchscale\[data\]"):
+            data_task(where, eval_size=1)
+    assert data_task(write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}] * 3), eval_size=1)
+
+
 def test_columns_belong_to_data_tasks():
     with pytest.raises(UserError, match="columns are read from data files"):
         build_task(TaskConfig(columns={"prompt": "question"}))

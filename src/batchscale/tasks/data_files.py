@@ -36,7 +36,8 @@ def import_pyarrow(field: str, what: str):
         import pyarrow.ipc  # noqa: F401 - loads the submodule
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise UserError(field, f"reading {what} needs pyarrow", "pip install pyarrow, or convert the file to JSONL") from None
+        raise UserError(field, f"reading {what} needs pyarrow",
+                        "pip install 'batchscale[data]' (or pip install pyarrow), or convert the file to JSONL") from None
     return pyarrow
 
 
