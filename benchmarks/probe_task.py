@@ -8,8 +8,9 @@ the task's train split, through batchscale's own engine (`rollout.backend = "eng
 - sampled accuracy at temperature 1 (G = --samples-per-prompt responses per prompt) with a 95% interval over prompts
   (the prompt is the unit: the mean of per-prompt accuracies, normal interval of that mean);
 - the share of prompt groups whose rewards are not all equal (with the task's reward, and with 0/1 accuracy);
-- the eval set the task can hold (distinct held-out problems), and the paired 95% half-width a start-vs-end
-  comparison would have on eval sets of 256 and 512 prompts at the measured greedy accuracy (see `paired_half_width`).
+- the task's distinct problems and those its eval set can draw from (`eval_pool`), and the paired 95% half-width a
+  start-vs-end comparison would have on eval sets of 256 and 512 prompts at the measured greedy accuracy
+  (`paired_half_width`).
 
     PYTHONPATH=src .venv/bin/python benchmarks/probe_task.py --threads 1 --prompts 96 --samples-per-prompt 8
     ... --candidates add1,add1-number --save-samples tests/answers/smollm2_outputs.json
@@ -71,6 +72,13 @@ CANDIDATES = [
                                  params=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=["+", "-"],
                                              allow_parentheses=False, allow_negation=False)),
               "reasoning-gym basic_arithmetic, 2 terms of 1-2 digits"),
+    Candidate("rg-add12", dict(name="reasoning_gym", dataset="basic_arithmetic", answer_format="last_number",
+                               params=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=["+"],
+                                           allow_parentheses=False, allow_negation=False)),
+              "reasoning-gym basic_arithmetic, 2 terms of 1-2 digits, + only"),
+    Candidate("rg-chain2", dict(name="reasoning_gym", dataset="chain_sum", answer_format="last_number",
+                                params=dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2)),
+              "reasoning-gym chain_sum, 2 terms of 1-2 digits"),
     Candidate("rg-chain", dict(name="reasoning_gym", dataset="chain_sum", answer_format="last_number",
                                params=dict(min_terms=2, max_terms=3, min_digits=1, max_digits=1)),
               "reasoning-gym chain_sum, 2-3 terms of 1 digit"),
@@ -125,18 +133,25 @@ def distinct_prompts(task, count: int, seed: int) -> list:
 
 
 def eval_pool(task, scan: int = 20_000) -> str:
-    """How many distinct held-out problems the task can put in its eval set: exact for the arithmetic task, a lower
-    bound (the held-out indices among the pool's first `scan`) for a reasoning-gym one."""
+    """"all/held-out": the distinct problems of the task, and those its eval set can draw from. A reasoning-gym
+    question repeats across pool indices, so it is held out wherever one of its indices is, and training skips every
+    eval question: an eval set of n leaves (all - n) questions to train on. Arithmetic splits by problem (disjoint).
+    Reasoning-gym counts are over the pool's first `scan` indices (a lower bound where the pool is larger)."""
     if task.name == "arithmetic":
-        if task.limit**2 * len(task.operations) > 10**6:
-            return ">60k"
-        return str(sum(task.is_eval(a, op, b) for a in range(task.limit) for b in range(task.limit)
-                       for op in task.operations))
+        total = task.limit**2 * len(task.operations)
+        if total > 10**6:
+            return f"{total}/~{total // 8}"
+        held = sum(task.is_eval(a, op, b) for a in range(task.limit) for b in range(task.limit) for op in task.operations)
+        return f"{total}/{held}"
     from batchscale.tasks.reasoning_gym_task import _is_eval_index
 
-    indices = [i for i in range(min(scan, task.size)) if _is_eval_index(i, task.split_seed)]
-    found = len({task.pool[i]["question"] for i in indices})
-    return f">={found}" if found == len(indices) else str(found)
+    every, held = set(), set()
+    for i in range(min(scan, task.size)):
+        question = task.pool[i]["question"]
+        every.add(question)
+        if _is_eval_index(i, task.split_seed):
+            held.add(question)
+    return f"{len(every)}/{len(held)}"
 
 
 def probe(candidate: Candidate, policy, engine, args) -> dict:
@@ -216,7 +231,7 @@ def main(argv=None) -> int:
           f"torch threads {args.threads}; {platform.processor() or platform.machine()}; "
           f"flags {' '.join(sorted(f for f in cpu_flags() if f.startswith(('avx', 'amx'))))}; load {load:.1f}", flush=True)
     header = (f"{'candidate':<12} {'greedy [95%]':<20} {'sampled T=1 [95%]':<20} {'spread r/acc':<13} "
-              f"{'pool':<10} {'paired±(256/512)':<17} {'s':>5}")
+              f"{'all/held':<10} {'paired±(256/512)':<17} {'s':>5}")
     print(header, flush=True)
     rows, samples = [], []
     for candidate in chosen:
