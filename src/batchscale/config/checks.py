@@ -51,7 +51,7 @@ def check_combinations(cfg: Config) -> None:
                         "set model.dtype = 'float32' (float32 master weights), or optim.compute_dtype = 'auto'")
     if cfg.task.name == "data" and not cfg.task.path:
         raise UserError("task.path", "task.name = 'data' reads prompts from a file, but no path is set",
-                        "set task.path to a JSONL or Parquet file of {prompt, answer} rows")
+                        "set task.path to a JSONL or Parquet file, or a saved Hugging Face dataset")
     if cfg.task.name == "arithmetic":
         bad = set(cfg.task.operations) - set("+-*")
         if bad or not cfg.task.operations:

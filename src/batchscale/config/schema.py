@@ -37,6 +37,14 @@ class ModelConfig(Section):
     chat_template: bool = False  # wrap each prompt as a user turn with the tokenizer's chat template (instruct models)
 
 
+class TaskColumns(Section):
+    """task.name = "data": the columns holding each row's prompt and answer, as dotted paths into nested columns
+    ("reward_model.ground_truth"); None: the shapes tasks/data.py knows (verl's, TRL's, batchscale's own)."""
+
+    prompt: str | None = None
+    answer: str | None = None
+
+
 class TaskConfig(Section):
     name: Literal["arithmetic", "data", "reasoning_gym"] = "arithmetic"
     # arithmetic: operands drawn uniformly with `digits` digits, one of `operations` each
@@ -44,11 +52,15 @@ class TaskConfig(Section):
     operations: str = "+"
     template: str = "{a}{op}{b}="  # the prompt text; `{a}`, `{op}`, `{b}` are filled in
     split_seed: int = Field(0, ge=0, le=SEED_MAX)  # fixes which problems are held out for eval, shared by every run and seed
-    # data: rows {prompt, answer} from a JSONL or Parquet file
+    # data: rows from a JSONL or Parquet file or a saved Hugging Face dataset, in verl's, TRL's or our own shape
     path: str | None = None
     eval_path: str | None = None  # held-out rows; without it the last eval_size rows of `path` are held out
-    reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is always exact
+    reward: str = "digit_match"  # a built-in reward name or "module:function"; eval/accuracy is exact on the answer
     reward_timeout_s: float = Field(10.0, gt=0)  # a user reward ("module:function") must score a batch within this
+    # how the reward and eval accuracy read a response's answer (tasks/answers.py); None: the task's own: arithmetic
+    # "strict", data "last_number", reasoning_gym its <answer> tags or else the whole response
+    answer_format: Literal["strict", "last_number", "hash", "boxed", "answer_tag", "text"] | None = None
+    columns: TaskColumns = TaskColumns()  # data: where the prompt and the answer are (dotted paths)
     eval_size: int = Field(256, ge=1, le=COUNT_MAX)
     # reasoning_gym: a reasoning-gym dataset and its config fields (tasks/reasoning_gym_task.py); needs the extra
     dataset: str | None = None

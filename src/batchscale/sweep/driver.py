@@ -27,8 +27,9 @@ def check_inputs(points: list[Point]) -> None:
     """Read every distinct task's data (and import a user reward) now, so a bad input fails before any run starts."""
     from batchscale.tasks import build_task
 
-    for task in {p.config.task.model_dump_json(): p.config.task for p in points}.values():
-        build_task(task).close()
+    distinct = {(p.config.task.model_dump_json(), p.config.model.chat_template): p.config for p in points}
+    for config in distinct.values():
+        build_task(config.task, config.model.chat_template).close()
 
 
 def check_devices(points: list[Point]) -> None:
