@@ -8,7 +8,9 @@ is noted and ignored; one passed with `--config` must be readable. A JSON or YAM
 flat names or the newer dotted ones) or of TRL's training arguments can be passed with `--config`. Nested mappings are
 flattened to dotted keys, so `{"data": {"train_batch_size": 256}}` reads as `data.train_batch_size`.
 
-Unresolved Hydra interpolations (`${...}`) and non-numbers are ignored with a note rather than guessed.
+Hydra interpolations (`${...}`) that are plain references to another key are resolved (ingest/interpolation.py, with
+OmegaConf; never a resolver such as `${oc.env:...}`); the rest, and non-numbers, are ignored with a note rather than
+guessed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.inputs import read_input_text
+from batchscale.ingest.interpolation import resolve_interpolations
 from batchscale.ingest.newer_frameworks import CONFIG_KEYS as NEWER_CONFIG_KEYS
 from batchscale.ingest.trl_batch import decide_trl_prompts
 
@@ -132,7 +135,7 @@ def read_config_file(config_path: Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(str(config_path), "the config must be a mapping", "pass the framework's config file")
     try:
-        return flatten_mapping(unwrap_wandb_config(data))
+        return flatten_mapping(resolve_interpolations(unwrap_wandb_config(data)))
     except ValueError as e:
         raise UserError(str(config_path), f"expands to {e}", "pass the config the framework wrote") from None
 
