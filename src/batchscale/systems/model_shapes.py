@@ -7,6 +7,8 @@ block: q/k/v/o projections (grouped-query attention) and a gated (SwiGLU) MLP wi
 Parameter count per layer = hidden * (q_dim + 2 * kv_dim) + q_dim * hidden + 3 * hidden * intermediate, with
 q_dim = heads * head_dim and kv_dim = kv_heads * head_dim. Departure: norm weights and Qwen2's q/k/v biases are not
 counted (each under 0.1% of a layer), so counts run a hair under the published totals (Llama-3.1-8B: 8.03e9).
+This formula stays because this side must not import torch; the exact count for any architecture (transformers on
+the meta device) is policy/param_count.py, checked against it in tests/test_param_count.py.
 """
 
 from __future__ import annotations
