@@ -25,11 +25,13 @@ takes the run's lock (`RunLock.acquire`, `clear_dead_stagings`): holding the loc
 and each one removed names a pid that is no longer alive on this host. An earlier run a kill caught mid-swap
 (`.<run>.replaced-PID-TOKEN` with no `<run>`) is put back in place, never removed.
 
-Why not the `filelock` package (checked at 4.3.2, issue 46): it would replace the one `fcntl.flock` call and nothing
-else. It leaves the lock file in place on release (so every run would keep a `.<run>.lock` beside it), it falls back
-on a soft lock of its own where flock is missing (here: the holder's pid, and a refusal for another host), and it
-neither names the holder nor hands out the descriptor it locked except through private attributes, so the holder's
-record, the stale-lock rules and the not-a-lock refusals above would all stay here, written against its internals.
+Why not the `filelock` package (checked at 4.3.2, issue 46): its flock lock (`FileLock` on Linux) would replace the
+one `fcntl.flock` call and nothing else. It leaves the lock file in place on release (every run would keep a
+`.<run>.lock` beside it), falls back on a soft lock of its own where flock is missing (here: the holder's pid, and a
+refusal for another host), records no holder, and hands out the descriptor it locked only through private
+attributes, so the holder's record, the stale-lock rules and the not-a-lock refusals above would all stay here,
+written against its internals. Its soft locks do record host and pid, but the kernel does not release them when
+their holder dies, the property this lock rests on.
 """
 
 from __future__ import annotations
