@@ -15,25 +15,10 @@ Nothing a config names is executed: the class comes from the config's `model_typ
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.files import read_text_utf8
-
-
-def read_model_config(path: str | Path) -> dict:
-    """A config.json (a file, or a directory holding one) as a dict."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        config = json.loads(read_text_utf8(path, "model"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError("model", f"cannot read {path} as JSON ({e})", "pass a Hugging Face config.json") from None
-    if not isinstance(config, dict):
-        raise UserError("model", f"{path} is not a JSON object", "pass a Hugging Face config.json")
-    return config
+from batchscale.systems.model_shapes import read_config_json
 
 
 def count_params_exact(config: dict | str | Path) -> int:
@@ -41,7 +26,7 @@ def count_params_exact(config: dict | str | Path) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    data = dict(config) if isinstance(config, dict) else read_model_config(config)
+    data = dict(config) if isinstance(config, dict) else read_config_json(config)[1]
     model_type = data.pop("model_type", None)
     for key in ("auto_map", "architectures", "transformers_version"):  # never code a file points at
         data.pop(key, None)

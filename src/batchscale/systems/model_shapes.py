@@ -97,8 +97,8 @@ def _positive_int(config: dict, key: str, path: Path) -> int:
     return value
 
 
-def load_config_json(path: str | Path) -> ModelShape:
-    """Read a Llama/Qwen2/Qwen3/Mistral-style config.json (a file, or a directory holding one)."""
+def read_config_json(path: str | Path) -> tuple[Path, dict]:
+    """A Hugging Face config.json (a file, or a directory holding one): its path and its JSON object."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
@@ -110,6 +110,12 @@ def load_config_json(path: str | Path) -> ModelShape:
         raise UserError("model", f"cannot read {path} as JSON ({e})", "pass a valid config.json") from None
     if not isinstance(config, dict):
         raise UserError("model", f"{path} is not a JSON object", "pass a Hugging Face config.json")
+    return path, config
+
+
+def load_config_json(path: str | Path) -> ModelShape:
+    """Read a Llama/Qwen2/Qwen3/Mistral-style config.json (a file, or a directory holding one)."""
+    path, config = read_config_json(path)
     config = {**config.get("text_config", {}), **config}  # multimodal configs nest the language model's fields
     for key in _REQUIRED_FIELDS:
         if config.get(key) is None:
