@@ -3,6 +3,11 @@ figure is an <img> with a base64 `data:image/png` URI. Every text from the input
 
 Layout: the decision (winner, the one-sentence explanation, the regime), the decision table with the winner's row
 highlighted, the figures, the learning-side table, and how each number was measured.
+
+Why f-strings and not jinja2 templates (issue 46): the page is one screen of code, and every text reaches it through
+markup.html_text (inert, then html.escape), which tests/test_escaping.py pins; jinja2's autoescape escapes
+differently (`'` as &#39;, no inert step), so templates would run with it off and this filter on, a second language
+for the same page with nothing gained.
 """
 
 from __future__ import annotations
