@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("ray.tune")
 
 from batchscale.errors import UserError  # noqa: E402
-from batchscale.integrations.ray_tune import EvalReporter, RaceScheduler, race_decision  # noqa: E402
+from batchscale.integrations.ray_tune import EvalReporter, RaceScheduler, race_decision, sweep_reference  # noqa: E402
 from batchscale.sweep.race_rule import SeedResult, StopRule, find_leader, pooled_spread  # noqa: E402
 
 TARGET = 0.5
@@ -112,6 +112,13 @@ def test_bad_settings_and_results_are_named():
         RaceScheduler(target=0.5, confidence=1.5)
     with pytest.raises(UserError, match=r"result\['samples'\]"):
         RaceScheduler(target=0.5).on_trial_result(None, SimpleNamespace(trial_id="t"), {"label": "a", "seed": 0})
+    with pytest.raises(UserError, match=r"result\['label'\].*configuration"):
+        RaceScheduler(target=0.5).on_trial_result(None, SimpleNamespace(trial_id="t"), {"seed": 0, "samples": 1})
+
+
+def test_the_reference_to_protect_is_the_one_analyze_takes():
+    """The smallest batch among the sqrt-rule labels (analysis.analyze.choose_reference_label), not the B_ref point."""
+    assert sweep_reference(Path(__file__).resolve().parents[1] / "examples" / "sweep-tiny.toml") == "grpo-P4-G8-sqrt"
 
 
 def test_throughput_draws_fall_back_to_the_rate_then_to_wall_time():
@@ -176,7 +183,7 @@ def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path)
     trainable, param_space = sweep_trainable(path)
     assert param_space == {"point": {"grid_search": ["grpo-P4-G8-sqrt__s0", "grpo-P4-G8-sqrt__s1",
                                                      "grpo-P4-G8-none__s0", "grpo-P4-G8-none__s1"]}}
-    scheduler = RaceScheduler(target=0.35)
+    scheduler = RaceScheduler(target=0.35, protect=(sweep_reference(path),))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         results = tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(scheduler=scheduler),
@@ -191,5 +198,6 @@ def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path)
     assert [s.reason for s in losers] == ["cannot_win", "cannot_win"]
     assert all(s.samples < 2048 / 2 and "cannot win" in s.message for s in losers)
     assert "the leader grpo-P4-G8-sqrt" in scheduler.out["grpo-P4-G8-none"]
+    assert scheduler.protect == ("grpo-P4-G8-sqrt",)
     for result in results:
         assert not is_finished_run(Path(result.path) / "run")  # killed by Tune mid-run: no summary.json

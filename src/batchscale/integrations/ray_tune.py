@@ -2,10 +2,10 @@
 trainable that trains one point of a sweep file with batchscale's own training loop and reports to Tune at each eval.
 
     from ray import tune
-    from batchscale.integrations.ray_tune import RaceScheduler, sweep_trainable
+    from batchscale.integrations.ray_tune import RaceScheduler, sweep_reference, sweep_trainable
 
     trainable, param_space = sweep_trainable("examples/sweep-tiny.toml")
-    scheduler = RaceScheduler(target=0.5)
+    scheduler = RaceScheduler(target=0.5, protect=(sweep_reference("examples/sweep-tiny.toml"),))
     tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(scheduler=scheduler)).fit()
     scheduler.stops  # which trial stopped, at which N, and the rule's words for why
 
@@ -15,7 +15,8 @@ its point "cannot win": the lower bound on its time-to-target T = N*/q, from its
 its throughput, lies above the upper bound on the leader's T (the point whose every finished seed reached the target
 with the smallest estimated T), with the seed spread of ln N* pooled over points. Once a seed of a point is stopped as
 a loser, the point's other trials stop at their first result, as the racing sweep gives such a point no more seeds.
-Labels in `protect` (the reference a later `batchscale analyze` takes ratios to) are never stopped as losers.
+Labels in `protect` (the reference a later `batchscale analyze` takes ratios to: `sweep_reference`) are never stopped
+as losers.
 
 Each trial reports, after each eval: `label` (the configuration, shared by its seeds), `seed`, `samples` (cumulative
 responses), the score (`eval/accuracy` by default) and its throughput: `step_samples_per_s`, the samples/s of each
@@ -149,7 +150,12 @@ class RaceScheduler(FIFOScheduler):
         tid, keys = trial.trial_id, self.keys
         run = self.running.get(tid)
         if run is None:
-            run = self.running[tid] = _Running(str(result.get(keys["label"])), int(_number(result, keys["seed"], tid)))
+            label = result.get(keys["label"])
+            if not isinstance(label, str) or not label:
+                raise UserError(f"trial {tid}: result[{keys['label']!r}]", f"must name the trial's configuration (a "
+                                f"string shared by its seeds), got {label!r:.60}",
+                                "report it after each eval (sweep_trainable does), or pass RaceScheduler(label_key=...)")
+            run = self.running[tid] = _Running(label, int(_number(result, keys["seed"], tid)))
         self._observe(run, result, tid)
         if run.label in self.out and run.label not in self.protect:
             return self._stop(tid, run, None, "cannot_win", f"its point {self.out[run.label]}")
@@ -208,6 +214,18 @@ class RaceScheduler(FIFOScheduler):
     def debug_string(self) -> str:
         losers = ", ".join(sorted(self.out)) or "none yet"
         return f"batchscale racing rule (target {self.target:g}): points that cannot win: {losers}"
+
+
+def sweep_reference(sweep_file: str | Path, overrides: list[str] = ()) -> str:
+    """The label `batchscale analyze` takes as the reference for this sweep file (sweep.adaptive.reference_of): pass
+    it to RaceScheduler(protect=...) so that, as in `sweep --adaptive`, it is never stopped short of the target."""
+    from batchscale.sweep.adaptive import reference_of
+    from batchscale.sweep.spec import load_sweep_spec
+
+    templates: dict = {}
+    for point in load_sweep_spec(Path(sweep_file), list(overrides)):
+        templates.setdefault(point.label, point)
+    return reference_of(templates)
 
 
 def sweep_trainable(sweep_file: str | Path, overrides: list[str] = (), threads: int = 1):
