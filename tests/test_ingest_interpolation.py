@@ -112,3 +112,14 @@ def test_without_omegaconf_interpolations_stay_as_written(tmp_path, monkeypatch)
     path = tmp_path / "config.yaml"
     path.write_text("data:\n  train_batch_size: 8\nactor_rollout_ref:\n  rollout:\n    n: ${data.train_batch_size}\n")
     assert read_config_file(path)["actor_rollout_ref.rollout.n"] == "${data.train_batch_size}"
+
+
+def test_a_config_too_large_to_resolve_quickly_stays_as_written(tmp_path, monkeypatch):
+    """OmegaConf costs tens of microseconds per value: past MAX_RESOLVED_VALUES nothing is resolved."""
+    from batchscale.ingest import interpolation
+
+    path = tmp_path / "config.yaml"
+    path.write_text("data:\n  train_batch_size: 8\nactor_rollout_ref:\n  rollout:\n    n: ${data.train_batch_size}\n")
+    assert read_config_file(path)["actor_rollout_ref.rollout.n"] == 8
+    monkeypatch.setattr(interpolation, "MAX_RESOLVED_VALUES", 5)  # 6 values: the root, 3 mappings, 2 leaves
+    assert read_config_file(path)["actor_rollout_ref.rollout.n"] == "${data.train_batch_size}"

@@ -13,7 +13,8 @@ Left as written (the config reader then notes each one it needed as an unresolve
   registered (OmegaConf's built-in ones, a user's) never run on a file's contents, and none is registered here;
 - string interpolation (`"run_${trainer.n}"`): a chain of them can double a string's length at each level (an
   expansion bomb in a few lines), and no field batchscale reads is built that way;
-- a reference to a mapping or list (each would copy a subtree: the same bomb), to a missing key, or around a cycle.
+- a reference to a mapping or list (each would copy a subtree: the same bomb), to a missing key, or around a cycle;
+- every interpolation of a config with more than MAX_RESOLVED_VALUES values (OmegaConf's cost per value).
 
 Departure from Hydra: Hydra resolves all of the above; batchscale resolves the safe subset and says so. Needs the
 `import` extra (omegaconf); without it every interpolation stays unresolved, as before.
@@ -27,6 +28,9 @@ import re
 # text around it (string interpolation)
 NODE_REFERENCE = re.compile(r"\$\{\.*[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[\d+\])*\}")
 PLACEHOLDER = "<batchscale: not resolved>"
+# OmegaConf builds a node per value (tens of microseconds each): a config larger than this (verl's whole config is
+# about a thousand values) is left unresolved rather than let a file hold an import up for minutes
+MAX_RESOLVED_VALUES = 10_000
 
 
 def resolve_interpolations(data: dict) -> dict:
@@ -37,7 +41,7 @@ def resolve_interpolations(data: dict) -> dict:
         inert = _inert_copy(data, (), references)
     except RecursionError:  # nested deeper than anything a framework writes: resolve nothing
         return data
-    if not references:
+    if not references or _count_values(inert) > MAX_RESOLVED_VALUES:
         return data
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -78,6 +82,14 @@ def _inert_copy(value, path: tuple, references: list[tuple]):
             return value
         return PLACEHOLDER
     return value
+
+
+def _count_values(value) -> int:
+    if isinstance(value, dict):
+        return sum(_count_values(item) for item in value.values()) + 1
+    if isinstance(value, list):
+        return sum(_count_values(item) for item in value) + 1
+    return 1
 
 
 def _copy(value):
