@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("ray.tune")
 
 from batchscale.errors import UserError  # noqa: E402
-from batchscale.integrations.ray_tune import EvalReporter, RaceScheduler, race_decision, sweep_reference  # noqa: E402
+from batchscale.integrations.ray_tune import (EvalReporter, RaceScheduler, TargetStop, race_decision,  # noqa: E402
+                                              sweep_reference)
 from batchscale.sweep.race_rule import SeedResult, StopRule, find_leader, pooled_spread  # noqa: E402
 
 TARGET = 0.5
@@ -134,9 +135,32 @@ def test_throughput_draws_fall_back_to_the_rate_then_to_wall_time():
     assert scheduler.running["w"].log_q == pytest.approx([math.log(20.0), math.log(20.0)])
 
 
+def test_a_trial_that_stops_itself_at_the_target_is_left_to_finish():
+    """A result at or above the target that says its run ends itself there (`stops_at_target`) is recorded (N* read
+    there) but gets CONTINUE, so the run writes its summary; should it report again, it is stopped. A trial whose own
+    target is above its score is stopped by the scheduler as before."""
+    scheduler = RaceScheduler(target=0.5)
+    trial = SimpleNamespace(trial_id="t")
+    result = {"label": "a", "seed": 0, "samples": 300, "eval/accuracy": 0.55, "stops_at_target": 0.5}
+    assert scheduler.on_trial_result(None, trial, result) == "CONTINUE"
+    assert scheduler.finished["a"][0].samples_to_target == 300 and scheduler.stops[0].reason == "target"
+    assert scheduler.on_trial_result(None, trial, {**result, "samples": 400}) == "STOP"
+    scheduler.on_trial_complete(None, trial, None)
+    assert len(scheduler.finished["a"]) == 1
+    later = {"label": "a", "seed": 1, "samples": 300, "eval/accuracy": 0.55, "stops_at_target": 0.6}
+    assert scheduler.on_trial_result(None, SimpleNamespace(trial_id="u"), later) == "STOP"
+
+
+def test_the_target_stop_ends_a_run_at_its_first_eval_at_or_above_it():
+    stop = TargetStop(0.5)
+    assert stop([{"kind": "eval", "samples": 64, "eval/accuracy": 0.49}]) is None
+    stopped = stop([{"kind": "eval", "samples": 128, "eval/score": 0.5}])
+    assert (stopped.reason, stopped.samples, stopped.message) == ("target", 128, "reached the target 0.5 at N = 128")
+
+
 def test_the_reporter_sends_each_eval_with_the_steps_rates_since_the_last_one():
     sent = []
-    reporter = EvalReporter("grpo-P2-G2-sqrt", 3, sent.append)
+    reporter = EvalReporter("grpo-P2-G2-sqrt", 3, sent.append, stops_at_target=0.45)
     records = [{"kind": "eval", "step": 0, "samples": 0, "wall_s": 0.1, "eval/accuracy": 0.2},
                {"kind": "step", "step": 1, "samples": 4, "time/step": 9.0},  # warm-up: left out
                {"kind": "step", "step": 2, "samples": 8, "time/step": 2.0},
@@ -147,7 +171,7 @@ def test_the_reporter_sends_each_eval_with_the_steps_rates_since_the_last_one():
     for record in records:
         reporter(record)
     assert sent[0] == {"step": 0, "samples": 0, "wall_s": 0.1, "eval/accuracy": 0.2, "label": "grpo-P2-G2-sqrt",
-                       "seed": 3, "step_samples_per_s": []}
+                       "seed": 3, "step_samples_per_s": [], "stops_at_target": 0.45}
     assert sent[1]["step_samples_per_s"] == [2.0, 4.0] and sent[1]["samples_per_s"] == pytest.approx(8 / 3)
     assert sent[2]["step_samples_per_s"] == [1.0] and sent[2]["samples"] == 16
 
@@ -169,18 +193,18 @@ seeds = [0, 1]
 
 @pytest.mark.slow
 def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path):
-    """A real Tune search (local Ray, 2 CPUs, the tiny model): the learning point's seeds stop at the target, the
-    point with a learning rate of 1e-12 is stopped long before its budget of 2,048 samples with the rule's reason,
-    and its run directory reads as unfinished, never as complete."""
+    """A real Tune search (local Ray, 2 CPUs, the tiny model): the learning point's seeds end themselves at the
+    target, finished runs whose summary says so; the point with a learning rate of 1e-12 is stopped long before its
+    budget of 2,048 samples with the rule's reason, and its run directories read as unfinished, never as complete."""
     import ray
     from ray import tune
 
     from batchscale.integrations.ray_tune import sweep_trainable
-    from batchscale.rundir import is_finished_run
+    from batchscale.rundir import is_finished_run, read_run
 
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP.format(base=Path(__file__).resolve().parents[1] / "examples" / "grpo-tiny.toml"))
-    trainable, param_space = sweep_trainable(path)
+    trainable, param_space = sweep_trainable(path, target=0.35)
     assert param_space == {"point": {"grid_search": ["grpo-P4-G8-sqrt__s0", "grpo-P4-G8-sqrt__s1",
                                                      "grpo-P4-G8-none__s0", "grpo-P4-G8-none__s1"]}}
     scheduler = RaceScheduler(target=0.35, protect=(sweep_reference(path),))
@@ -200,4 +224,10 @@ def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path)
     assert "the leader grpo-P4-G8-sqrt" in scheduler.out["grpo-P4-G8-none"]
     assert scheduler.protect == ("grpo-P4-G8-sqrt",)
     for result in results:
-        assert not is_finished_run(Path(result.path) / "run")  # killed by Tune mid-run: no summary.json
+        run_dir = Path(result.path) / "run"
+        if result.config["point"].startswith("grpo-P4-G8-sqrt"):
+            run = read_run(run_dir)
+            recorded = next(s for s in by_label["grpo-P4-G8-sqrt"] if s.seed == run.seed)
+            assert (run.summary.stopped.reason, run.summary.stopped.samples) == ("target", recorded.samples)
+        else:
+            assert not is_finished_run(run_dir)  # killed by Tune mid-run: no summary.json

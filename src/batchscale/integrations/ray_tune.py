@@ -4,7 +4,7 @@ trainable that trains one point of a sweep file with batchscale's own training l
     from ray import tune
     from batchscale.integrations.ray_tune import RaceScheduler, sweep_reference, sweep_trainable
 
-    trainable, param_space = sweep_trainable("examples/sweep-tiny.toml")
+    trainable, param_space = sweep_trainable("examples/sweep-tiny.toml", target=0.5)
     scheduler = RaceScheduler(target=0.5, protect=(sweep_reference("examples/sweep-tiny.toml"),))
     tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(scheduler=scheduler)).fit()
     scheduler.stops  # which trial stopped, at which N, and the rule's words for why
@@ -35,8 +35,9 @@ Stopper is never told, and Tune calls a scheduler with each result unbuffered wh
 cannot be combined with another scheduler (ASHA, PBT); a search algorithm (a `search_alg`) still can.
 
 Checked against Ray 2.60 (`ray.tune.schedulers.FIFOScheduler`, `ray.tune.report`, `ray.tune.get_context`).
-`sweep_trainable` trains into the trial's directory (`<trial dir>/run`, a batchscale run directory); a trial Tune
-stops is killed mid-run, so its run directory has no summary.json and reads as unfinished (never as complete).
+`sweep_trainable` trains into the trial's directory (`<trial dir>/run`, a batchscale run directory). Given the target,
+a run ends itself there, finished, its summary.json recording the stop; a trial Tune stops (one that cannot win) is
+killed mid-run, so its run directory has no summary.json and reads as unfinished, never as complete.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from batchscale.errors import UserError
+from batchscale.rundir import StoppedRun, primary_eval_score
 from batchscale.sweep.race_rule import RACE_CONFIDENCE, SeedResult, StopRule, find_leader, pooled_spread
 
 logger = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ def race_decision(target: float, confidence: float, finished: dict[str, list[See
 
 @dataclass(frozen=True)
 class RaceStop:
-    """One trial the scheduler stopped, and why (the rule's reason and words)."""
+    """One trial the race ended (stopped by the scheduler, or left to end itself at the target), and why: the rule's
+    reason and words."""
 
     trial_id: str
     label: str
@@ -130,9 +133,10 @@ class RaceScheduler(FIFOScheduler):
     def __init__(self, target: float, confidence: float = RACE_CONFIDENCE, protect: tuple[str, ...] = (),
                  score_key: str = "eval/accuracy", samples_key: str = "samples", label_key: str = "label",
                  seed_key: str = "seed", step_throughput_key: str = "step_samples_per_s",
-                 throughput_key: str = "samples_per_s", wall_key: str = "wall_s"):
+                 throughput_key: str = "samples_per_s", wall_key: str = "wall_s",
+                 stops_at_key: str = "stops_at_target"):
         super().__init__()
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
+        if not _finite(target):
             raise UserError("RaceScheduler(target=...)", f"must be a finite score, got {target!r:.60}",
                             "pass the score a point must reach, e.g. target=0.5")
         if not 0.5 < confidence < 1:
@@ -140,14 +144,18 @@ class RaceScheduler(FIFOScheduler):
                             f"pass {RACE_CONFIDENCE} (the racing sweep's)")
         self.target, self.confidence, self.protect = float(target), confidence, tuple(protect)
         self.keys = dict(score=score_key, samples=samples_key, label=label_key, seed=seed_key,
-                         step_throughput=step_throughput_key, throughput=throughput_key, wall=wall_key)
+                         step_throughput=step_throughput_key, throughput=throughput_key, wall=wall_key,
+                         stops_at=stops_at_key)
         self.finished: dict[str, list[SeedFacts]] = {}
         self.running: dict[str, _Running] = {}
         self.out: dict[str, str] = {}  # label -> why the point cannot win
         self.stops: list[RaceStop] = []
+        self.recorded: set[str] = set()  # trials whose seed the race has recorded
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         tid, keys = trial.trial_id, self.keys
+        if tid in self.recorded:  # it said it would stop itself at the target, and did not
+            return TrialScheduler.STOP
         run = self.running.get(tid)
         if run is None:
             label = result.get(keys["label"])
@@ -169,7 +177,9 @@ class RaceScheduler(FIFOScheduler):
         reason, message = decided
         if reason == "cannot_win":
             self.out.setdefault(run.label, message)
-        return self._stop(tid, run, run.samples if reason == "target" else None, reason, message)
+        stops_itself = reason == "target" and _finite(own := result.get(keys["stops_at"])) and own <= score
+        decision = self._stop(tid, run, run.samples if reason == "target" else None, reason, message)
+        return TrialScheduler.CONTINUE if stops_itself else decision
 
     def _observe(self, run: _Running, result: dict, tid: str) -> None:
         """The result's samples and its throughput draws: the per-step rates listed under `step_samples_per_s` (as the
@@ -187,7 +197,10 @@ class RaceScheduler(FIFOScheduler):
         run.samples = samples
 
     def _stop(self, tid: str, run: _Running, samples_to_target: float | None, reason: str, message: str) -> str:
+        """Record the seed and why it ends; STOP. (A trial whose result says it stops itself at a target it has
+        reached, `stops_at_target`, is left to end its run cleanly: the caller then returns CONTINUE.)"""
         self._finish(tid, samples_to_target)
+        self.recorded.add(tid)
         self.stops.append(RaceStop(tid, run.label, run.seed, reason, run.samples, message))
         logger.info("batchscale race: %s seed %s stopped at N = %s: %s", run.label, run.seed, f"{run.samples:,.0f}",
                     message)
@@ -228,13 +241,20 @@ def sweep_reference(sweep_file: str | Path, overrides: list[str] = ()) -> str:
     return reference_of(templates)
 
 
-def sweep_trainable(sweep_file: str | Path, overrides: list[str] = (), threads: int = 1):
+def sweep_trainable(sweep_file: str | Path, overrides: list[str] = (), threads: int = 1,
+                    target: float | None = None):
     """(trainable, param_space) for `tune.Tuner`: one trial per point of the sweep file (each seed its own trial, the
     file's order), each trained by batchscale's training loop into `<trial dir>/run` with `threads` torch threads
-    and reported to Tune after each eval (EvalReporter). Every point is validated here, before any trial starts."""
+    and reported to Tune after each eval (EvalReporter). With `target` (the scheduler's), a run ends itself at its
+    first eval at or above it, its summary.json saying so as a racing sweep's run does, and its results say so
+    (`stops_at_target`), so the scheduler lets it finish instead of killing it. Every point is validated here,
+    before any trial starts."""
     from batchscale.sweep.spec import load_sweep_spec
 
     configs = {p.name: p.config_data for p in load_sweep_spec(Path(sweep_file), list(overrides))}
+    if target is not None and not _finite(target):
+        raise UserError("sweep_trainable(target=...)", f"must be a finite score, got {target!r:.60}",
+                        "pass the RaceScheduler's target, or none")
 
     def train_point(config: dict) -> None:
         from batchscale.config import derive_plan, validate_config
@@ -242,19 +262,35 @@ def sweep_trainable(sweep_file: str | Path, overrides: list[str] = (), threads: 
         from batchscale.train.loop import train
 
         cfg = validate_config(with_threads(configs[config["point"]], threads))
-        reporter = EvalReporter(derive_plan(cfg).label, cfg.run.seed, tune.report)
-        train(cfg, Path(tune.get_context().get_trial_dir()) / "run", on_record=reporter, log=lambda line: None)
+        reporter = EvalReporter(derive_plan(cfg).label, cfg.run.seed, tune.report, target)
+        train(cfg, Path(tune.get_context().get_trial_dir()) / "run", on_record=reporter, log=lambda line: None,
+              stop=TargetStop(target) if target is not None else None)
 
     return tune.with_resources(train_point, {"cpu": threads}), {"point": tune.grid_search(list(configs))}
+
+
+@dataclass(frozen=True)
+class TargetStop:
+    """The training loop's `stop` check of a trial with a target: end the run at its first eval at or above it."""
+
+    target: float
+
+    def __call__(self, records: list[dict]) -> StoppedRun | None:
+        score, samples = primary_eval_score(records[-1]), records[-1]["samples"]
+        if score is None or score < self.target:
+            return None
+        return StoppedRun(reason="target", samples=int(samples),
+                          message=f"reached the target {self.target:.4g} at N = {samples:,.0f}")
 
 
 class EvalReporter:
     """The training loop's `on_record` for a Tune trial: after each eval record, one result to `report` (the eval
     record's keys, the run's `label` and `seed`, `step_samples_per_s`: the samples/s of each step since the previous
-    eval, the first (warm-up) step left out as the racing sweep leaves it out, and their overall `samples_per_s`)."""
+    eval, the first (warm-up) step left out as the racing sweep leaves it out, their overall `samples_per_s`, and
+    `stops_at_target` when the run ends itself at a target)."""
 
-    def __init__(self, label: str, seed: int, report):
-        self.label, self.seed, self.report = label, seed, report
+    def __init__(self, label: str, seed: int, report, stops_at_target: float | None = None):
+        self.label, self.seed, self.report, self.stops_at_target = label, seed, report, stops_at_target
         self.samples_seen = 0  # cumulative samples at the previous step record
         self.rates: list[float] = []  # samples/s of each step since the previous eval
 
@@ -268,6 +304,8 @@ class EvalReporter:
             return
         result = {key: value for key, value in record.items() if key != "kind"}
         result.update(label=self.label, seed=self.seed, step_samples_per_s=self.rates)
+        if self.stops_at_target is not None:
+            result["stops_at_target"] = self.stops_at_target
         if self.rates:  # for people: the steps' mean rate over the interval
             result["samples_per_s"] = len(self.rates) / sum(1 / r for r in self.rates)
         self.rates = []
