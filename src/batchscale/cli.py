@@ -174,7 +174,7 @@ def demo(
 
 @app.command()
 def sweep(
-    sweep_file: Annotated[Path, typer.Argument(help="sweep TOML: base config, [set], [grid], [[points]], seeds")],
+    sweep_file: Annotated[Path, typer.Argument(help=r"sweep TOML: base config, \[set], \[grid], \[\[points]], seeds")],
     overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point",
                                                              metavar="KEY=VALUE...", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,

@@ -22,7 +22,7 @@ config_app = typer.Typer(help="Print the resolved config (file, overrides, defau
 def show(
     config: Annotated[Optional[Path], typer.Argument(help="TOML run config (defaults if omitted)")] = None,
     overrides: Annotated[Optional[list[str]], typer.Argument(help="overrides as train takes them: optim.lr=1e-5 "
-                                                             "run.trackers=[wandb,mlflow]", metavar="KEY=VALUE...",
+                                                             r"run.trackers=\[wandb,mlflow]", metavar="KEY=VALUE...",
                                                              show_default=False)] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key: --set batch.prompts_per_step=64")] = [],
     json_out: Annotated[bool, typer.Option("--json", help="print the config and its derived plan as JSON")] = False,
