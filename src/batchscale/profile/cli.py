@@ -49,6 +49,10 @@ def show(result, json_out: bool, print_table) -> None:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
         print_table(result.to_json())
+    from batchscale.plan.doubts import echo_doubts, fit_doubts  # a poor fit is printed, and doubted (issue 45)
+
+    echo_doubts(fit_doubts("this profile", generation_knee=getattr(result, "knee", None),
+                           training_fit=getattr(result, "fit", None)))
 
 
 def print_generation_table(result: dict) -> None:
