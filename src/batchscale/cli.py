@@ -173,6 +173,25 @@ def demo(
 
 
 @app.command()
+def setup(
+    model: Annotated[list[str], typer.Option("--model", help="a built-in model to build: tiny, smollm2-135m "
+                                                             "(repeatable)")] = ["tiny"],
+    kernels: Annotated[bool, typer.Option(help="compile the engine's native kernels for this CPU")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print what was built, and the seconds, as JSON")] = False,
+):
+    """Build what first use needs, apart from any work: the tiny model (its pinned copy; BATCHSCALE_TINY_BUILD=1: the
+    warm start, ~2.5 min), --model smollm2-135m's conversion, the native kernels. Interrupted, it restarts cleanly."""
+    from batchscale.first_use import run_setup
+
+    result = run_setup(model, kernels, log=lambda line: typer.echo(line, err=True))
+    if json_out:
+        print_json(result)
+    else:
+        typer.echo("ready: " + "; ".join([*(f"{name} in {path}" for name, path in result["models"].items()),
+                                          *(f"kernels {k}: {v}" for k, v in result["kernels"].items())]))
+
+
+@app.command()
 def sweep(
     sweep_file: Annotated[Path, typer.Argument(help=r"sweep TOML: base config, \[set], \[grid], \[\[points]], seeds")],
     overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point",
