@@ -101,17 +101,22 @@ def step_mode(args) -> list[dict]:
 
 def commands_mode(args) -> list[dict]:
     rows = []
+    variants = [(f"new-{t}", args.src, t) for t in args.threads.split(",")]
+    variants += [("old", args.old_src, "auto")] if args.old_src else []
     with tempfile.TemporaryDirectory(prefix="bs-threads-") as tmp:
-        for name, command in COMMANDS.items():
-            for variant, src in (("old", args.old_src), ("new", args.src)):
+        for name, command in ((n, COMMANDS[n]) for n in args.commands.split(",")):
+            for variant, src, threads in variants:
                 out = Path(tmp) / f"{name}-{variant}" if command[0] == "train" else None
+                forced = [] if threads == "auto" else (
+                    [f"run.threads={threads}"] if command[0] == "train" else ["--threads", threads])
                 before = load()
                 with busy_core(args.timeout_s, args.busy):
                     try:
-                        seconds = round(batchscale(command, src, out, args.timeout_s), 1)
+                        seconds = round(batchscale(command + forced, src, out, args.timeout_s), 1)
                     except subprocess.TimeoutExpired:
                         seconds = None
-                row = {"command": " ".join(command), "variant": variant, "busy_core": args.busy, "wall_s": seconds,
+                row = {"command": " ".join(command + forced), "variant": variant, "busy_core": args.busy,
+                       "wall_s": seconds,
                        "timeout_s": args.timeout_s, "load_before": before, "load_after": load()}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -122,16 +127,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["step", "commands"], required=True)
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the tree measured as 'new'")
-    parser.add_argument("--old-src", type=Path, help="the tree measured as 'old' (needed by --mode commands)")
+    parser.add_argument("--old-src", type=Path, help="the tree measured as 'old' (without it: the new tree alone)")
     parser.add_argument("--busy", action=argparse.BooleanOptionalAction, default=True,
                         help="--mode commands: keep one core busy")
     parser.add_argument("--steps", type=int, default=12, help="--mode step: GRPO steps per timing")
+    parser.add_argument("--commands", default=",".join(COMMANDS), help="--mode commands: which, comma-separated")
+    parser.add_argument("--threads", default="auto", help="--mode commands: the new tree at these thread counts "
+                                                          "(auto: batchscale's choice), comma-separated")
     parser.add_argument("--repeats", type=int, default=2, help="--mode step: rounds of the four variants")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="most seconds one command may take")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
-    if args.mode == "commands" and args.old_src is None:
-        parser.error("--mode commands needs --old-src (a tree of the code before the change)")
     rows = step_mode(args) if args.mode == "step" else commands_mode(args)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
