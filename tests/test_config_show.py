@@ -12,6 +12,7 @@ import pytest
 
 from batchscale.cli import main
 from batchscale.config import derive_plan, load_config, resolved_config
+from batchscale.threads import choose_threads
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -47,7 +48,8 @@ def test_defaults_that_differ_are_marked_and_the_plan_follows_as_comments(capsys
     derived = lines[lines.index("# [derived] what batchscale computes from the keys above (not keys of a config file)"):]
     assert "# samples_per_step = 512" in derived and "# accumulation_steps = 16" in derived
     assert "# lr = 2e-05" in derived and '# label = "grpo-P64-G8-sqrt"' in derived
-    assert any(line.startswith("# threads = 1  (on this machine: ") for line in derived)
+    chosen = choose_threads("tiny").threads  # this machine's CPUs: one per CPU
+    assert any(line.startswith(f"# threads = {chosen}  (on this machine: ") for line in derived)
     assert "derived" not in tomllib.loads(text)
 
 

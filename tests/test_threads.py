@@ -63,8 +63,8 @@ def test_the_real_machine_counts_at_least_one_cpu_within_its_affinity():
 
 
 @pytest.mark.parametrize("model, requested, workers, cpus, expected, why", [
-    ("tiny", None, 1, 2, 1, "the tiny model gains little from a second"),
-    ("tiny", None, 1, 64, 1, "the tiny model gains little from a second"),
+    ("tiny", None, 1, 2, 2, "one per CPU"),  # waiting passively, a second thread gains under load too (LOG.md)
+    ("tiny", None, 2, 2, 1, "an equal share for each of 2 workers"),
     ("smollm2-135m", None, 1, 2, 2, "one per CPU"),
     ("smollm2-135m", None, 2, 8, 4, "an equal share for each of 2 workers"),
     ("smollm2-135m", None, 4, 2, 1, "an equal share for each of 4 workers"),
@@ -79,8 +79,10 @@ def test_the_choice_follows_the_work_the_workers_and_the_override(model, request
 def test_the_line_says_the_choice_the_cpus_the_reason_and_the_override(monkeypatch):
     monkeypatch.setattr(threads, "_passive_set", set())
     line = choose_threads("tiny", override="--threads", available=threads.CpuCount(2, 2, None)).line()
-    assert line == ("threads: 1 (2 CPUs available; the tiny model gains little from a second: --threads to "
-                    "override)")
+    assert line == "threads: 2 (2 CPUs available; one per CPU: --threads to override)"
+    monkeypatch.setitem(threads.ONE_THREAD_MODELS, "toy", "the toy model gains nothing from a second")
+    assert choose_threads("toy", available=threads.CpuCount(2, 2, None)).line() == (
+        "threads: 1 (2 CPUs available; the toy model gains nothing from a second: run.threads to override)")
     monkeypatch.setattr(threads, "_passive_set", {"OMP_WAIT_POLICY"})
     assert choose_threads("tiny", available=threads.CpuCount(2, 2, None)).line().endswith(
         "; OpenMP waits passively (OMP_WAIT_POLICY=PASSIVE set, as you had not)")

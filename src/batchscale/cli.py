@@ -199,8 +199,8 @@ def sweep(
     out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,
-    threads: Annotated[Optional[int], typer.Option(help="torch threads per run (default: 1 for the tiny model, else "
-                                                        "the available CPUs / --workers)")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads per run (default: the available CPUs / "
+                                                        "--workers)")] = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key of every point")] = [],
     adaptive: Annotated[bool, typer.Option(help="race: stop points that can no longer win, give seeds to the "

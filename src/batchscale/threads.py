@@ -6,14 +6,17 @@ Kubernetes cpuset) and caps them by the CPU quota of its cgroup (v2 `cpu.max`, v
 granted 1.5 CPUs on a 64-core host gets 1 thread, not 64 threads that the kernel throttles in turn.
 
 `choose_threads` then picks torch's intra-op threads: what the user set (`run.threads`, `--threads`), else one for
-the built-in tiny model, whose small GEMMs gain little from a second thread (a training step 1.1-1.4x faster on
-two threads of an idle pair, and slower than one once the other core is busy, docs/LOG.md 2026-12-04), else the
-process's share of the available CPUs (a sweep's W workers get C // W each).
+a model listed in ONE_THREAD_MODELS (a model measured to gain nothing from a second thread; none is, so far), else
+the process's share of the available CPUs (a sweep's W workers get C // W each).
 
 Torch's OpenMP threads spin while they wait for work, so two of them on a busy core pair stall each other at every
-operation. `wait_passively` sets OMP_WAIT_POLICY=PASSIVE (GNU and LLVM OpenMP) and KMP_BLOCKTIME=0 (Intel's) where
-the user has not set them; OpenMP reads them once, when its runtime starts, so the CLI calls it before anything
-imports torch (batchscale.cli.main).
+operation: that, not the thread count, is what collapsed the tiny model's training under load (issue 45: a GRPO step
+of ~57 s with two spinning threads against 0.5-0.9 s with two passive ones, load 13-23, one core kept busy;
+docs/LOG.md, 2026-12-03). `wait_passively` sets OMP_WAIT_POLICY=PASSIVE (GNU and LLVM OpenMP) and KMP_BLOCKTIME=0
+(Intel's) where the user has not set them; OpenMP reads them once, when its runtime starts, so the CLI calls it
+before anything imports torch (batchscale.cli.main). Waiting passively, the tiny model's step ran 2-4x faster on two
+threads than on one under that load (each thread gets its share of a contended core), and 1.1-1.4x faster on an
+idle pair (demo.py), so it gets one thread per CPU like any model.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from pathlib import Path
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 PASSIVE_WAIT = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
-# Models whose work gains little from a second thread (measured: docs/LOG.md, 2026-12-04).
-ONE_THREAD_MODELS = {"tiny": "the tiny model gains little from a second"}
+# Models measured to gain nothing from a second thread, -> why (the threads line says it). The tiny model is not one:
+# with OpenMP waiting passively it gains 1.1-1.4x on an idle pair and 2-4x under load (docs/LOG.md, 2026-12-03).
+ONE_THREAD_MODELS: dict[str, str] = {}
 
 _passive_set: set[str] = set()  # the variables wait_passively set in this process (the threads line says so)
 
@@ -138,7 +142,7 @@ class ThreadChoice:
     override: str  # how to choose another: "run.threads", "--threads"
 
     def line(self) -> str:
-        """"threads: 1 (2 CPUs available; the tiny model gains little from a second: run.threads to override)"."""
+        """"threads: 2 (2 CPUs available; one per CPU: run.threads to override)"."""
         how = "" if self.why.startswith("set by") else f": {self.override} to override"
         return f"threads: {self.threads} ({self.available.describe()}; {self.why}{how}){passive_note()}"
 
