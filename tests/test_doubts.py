@@ -28,7 +28,8 @@ def measured(label, q, seeds=(), p=8, g=8, **extra) -> ConfigMeasurement:
 
 
 def test_seeds_of_one_point_that_ran_at_different_speeds_are_doubted_and_agreeing_ones_are_not():
-    doubts = throughput_doubts([measured("p8", 68.5, seeds=(52.0, 85.0)), measured("p16", 100.0, seeds=(98, 102), p=16)])
+    doubts = throughput_doubts([measured("p8", 68.5, seeds=(52.0, 85.0)),
+                                measured("p16", 100.0, seeds=(98, 102), p=16)])
     assert [d.subject for d in doubts] == ["p8"]
     assert doubts[0].kind == "throughput_scatter"
     assert "52.0 to 85.0 samples/s (1.63x apart)" in doubts[0].line() and "--workers 1" in doubts[0].action

@@ -126,8 +126,8 @@ class Placed(Tracker):
 
 
 def test_the_last_line_names_where_each_tracker_wrote(tmp_path):
-    mirror = TrackerMirror({"a": Placed("tensorboard --logdir x/tensorboard"), "b": Placed(""),
-                            "c": Placed("mlflow: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:///m")},
+    mlflow = Placed("mlflow: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:///m")
+    mirror = TrackerMirror({"a": Placed("tensorboard --logdir x/tensorboard"), "b": Placed(""), "c": mlflow},
                            warn=pytest.fail)
     assert mirror.where() == ("trackers: tensorboard --logdir x/tensorboard; mlflow: MLFLOW_ALLOW_FILE_STORE=true "
                               "mlflow ui --backend-store-uri file:///m")

@@ -11,12 +11,12 @@ the process's share of the available CPUs (a sweep's W workers get C // W each).
 
 Torch's OpenMP threads spin while they wait for work, so two of them on a busy core pair stall each other at every
 operation: that, not the thread count, is what collapsed the tiny model's training under load (issue 45: a GRPO step
-of ~57 s with two spinning threads against 0.5-0.9 s with two passive ones, load 13-23, one core kept busy;
+of ~57 s with two spinning threads against 0.46-1.0 s with two passive ones, load 13-23, one core kept busy;
 docs/LOG.md, 2026-12-03). `wait_passively` sets OMP_WAIT_POLICY=PASSIVE (GNU and LLVM OpenMP) and KMP_BLOCKTIME=0
-(Intel's) where the user has not set them; OpenMP reads them once, when its runtime starts, so the CLI calls it
-before anything imports torch (batchscale.cli.main). Waiting passively, the tiny model's step ran 2-4x faster on two
-threads than on one under that load (each thread gets its share of a contended core), and 1.1-1.4x faster on an
-idle pair (demo.py), so it gets one thread per CPU like any model.
+(Intel's) where the user has not set them; OpenMP reads them once, when its runtime starts, so the CLI calls it before
+anything imports torch (batchscale.cli.main). Waiting passively, the tiny model's step ran 2.1-5.3x faster on two
+threads than on one under that load (each thread gets its share of a contended core), and 1.1-1.4x on an idle pair
+(demo.py), so it gets one thread per CPU like any model.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 PASSIVE_WAIT = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 # Models measured to gain nothing from a second thread, -> why (the threads line says it). The tiny model is not one:
-# with OpenMP waiting passively it gains 1.1-1.4x on an idle pair and 2-4x under load (docs/LOG.md, 2026-12-03).
+# with OpenMP waiting passively it gains 1.1-1.4x on an idle pair and 2.1-5.3x under load (docs/LOG.md, 2026-12-03).
 ONE_THREAD_MODELS: dict[str, str] = {}
 
 _passive_set: set[str] = set()  # the variables wait_passively set in this process (the threads line says so)

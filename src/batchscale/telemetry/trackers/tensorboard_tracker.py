@@ -1,6 +1,7 @@
 """TensorBoard: scalars in `<run>/tensorboard/` (torch's SummaryWriter), each record's numbers at its step, and the
-resolved config as a text summary; each number also under `by_samples/<key>` at the record's samples (base.py). The directory is the run's own, so a resumed run removes it and writes it again
-from the records kept (a killed writer may also have lost its last unflushed events)."""
+resolved config as a text summary; each number also under `by_samples/<key>` at the record's samples (base.py). The
+directory is the run's own, so a resumed run removes it and writes it again from the records kept (a killed writer
+may also have lost its last unflushed events)."""
 
 from __future__ import annotations
 
