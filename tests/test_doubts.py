@@ -107,3 +107,16 @@ def test_predict_doubts_a_training_profile_in_another_arithmetic(tmp_path, capsy
     err = capsys.readouterr().err
     assert ("doubt: t.json measured bfloat16 training arithmetic" in err) is expected
     assert str(tmp_path) not in err  # the profile by its name
+
+
+def test_profile_prints_a_poor_fit_as_a_doubt_beside_the_profile(capsys):
+    from batchscale.profile.cli import show
+
+    good = generation_profile([1, 2, 4, 8, 16], [100.0 * b / (b + 4) for b in (1, 2, 4, 8, 16)])
+    show(good, True, print)
+    assert "doubt:" not in capsys.readouterr().err
+    poor = generation_profile([1, 2, 4, 8, 16], [50.0, 10.0, 60.0, 12.0, 55.0])
+    show(poor, True, print)
+    captured = capsys.readouterr()
+    assert captured.out.lstrip().startswith("{")  # --json: stdout stays the document
+    assert captured.err.startswith("doubt: this profile: the knee q(B) = q_max * B / (B + B_half) explains R^2 ")
