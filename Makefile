@@ -23,6 +23,7 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 install: $(VENV)/.installed
 
 demo: install
+	$(VENV)/bin/batchscale setup
 	$(VENV)/bin/batchscale demo --out $(DEMO_OUT)
 
 test: install

@@ -144,6 +144,21 @@ def test_a_barely_resolved_noise_scale_says_how_many_more_samples(run_dir, capsy
     assert more > 0 and more % 128 == 0  # whole steps of B_ref = 128
 
 
+def test_a_short_run_with_every_estimate_positive_says_it_is_too_short(run_dir, capsys):
+    """Issue 45: six steps, every gns/grad_sq positive, were reported as "the mean |G|^2 estimate is not above zero":
+    the second half's three steps are too few for an interval, and the reason says so."""
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records if r["step"] <= 6))
+    rewrite_grad_sq(run_dir, lambda step: 0.01 * (1 + step % 2))
+    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    assert code == 0
+    reason = json.loads(out)["why_unresolved"]
+    assert "not above zero" not in reason
+    assert "holds 3 step(s)" in reason and "too few for an interval (at least 8)" in reason
+    assert "at least 16 steps" in reason
+
+
 def strip_noise_scale(run_dir):
     metrics = run_dir / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()]

@@ -48,6 +48,7 @@ def test_ppo_step_records_carry_actor_and_critic_metrics(run_dir):
         assert r["grad_norm/critic"] > 0 and r["loss/value"] > 0
         assert r["time/generate"] + r["time/train"] + r["time/train_critic"] <= r["time/step"]
         assert "time/generate_baseline" not in r
+        assert "reward/zero_std_group_frac" not in r  # G = 1: a "group" of one has no spread to speak of
         for network in ("gns/", "gns/critic/"):  # each update of 2 samples (G = 1) compares 2 chunks of 1 with it
             assert {network + "grad_sq", network + "trace_sigma", network + "b_noise"} <= r.keys(), network
 

@@ -195,3 +195,18 @@ def test_each_rollout_mode_is_a_label_with_its_staleness_in_analysis_and_report(
     build_report(sweep)
     report = (sweep / "report.md").read_text()
     assert "async k=2 (1.00)" in report and "| sync |" in report
+
+
+def test_how_this_was_measured_names_no_path_of_this_machine(sweep, tmp_path):
+    """Issue 45: a report is shared, so its files are named relative to the sweep directory (analysis.json, runs/,
+    a profile inside it) or by their names (a profile elsewhere), never by absolute paths."""
+    inside = write_generation_profile(sweep / "generation_profile.json")
+    (tmp_path / "elsewhere").mkdir()
+    outside = write_training_profile(tmp_path / "elsewhere" / "training.json")
+    build_report(sweep, inside, outside)
+    for name in ("report.html", "report.md"):
+        text = (sweep / name).read_text(encoding="utf-8")
+        notes = text[text.index("How this was measured"):]
+        assert str(tmp_path) not in notes and str(sweep) not in notes, name
+        assert "analysis.json" in notes and "runs/" in notes
+        assert "Generation profile (generation_profile.json)" in notes and "Training profile (training.json)" in notes

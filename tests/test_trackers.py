@@ -16,7 +16,7 @@ from batchscale.errors import UserError
 from batchscale.rundir.samples import SampleRow
 from batchscale.telemetry import trackers
 from batchscale.telemetry.trackers import TRACKER_LIBRARIES, TRACKER_NAMES
-from batchscale.telemetry.trackers.base import Tracker, scalars
+from batchscale.telemetry.trackers.base import Tracker, TrackedRun, by_samples, scalars
 from batchscale.telemetry.trackers.mirror import TRACKER_CLASSES, TrackerMirror
 from batchscale.train.loop import train
 
@@ -110,6 +110,43 @@ def test_scalars_are_the_records_numbers_with_samples_and_without_kind_and_step(
     record = {"kind": "step", "step": 3, "samples": 12, "wall_s": 1.5, "reward/mean": 0.25, "flag": True,
               "rollout/active_mean": None, "note": "x"}
     assert scalars(record) == {"samples": 12, "wall_s": 1.5, "reward/mean": 0.25}
+
+
+def test_the_samples_axis_is_every_number_but_samples_at_the_records_samples():
+    assert by_samples(RECORDS[1]) == (4, {"by_samples/wall_s": 0.2, "by_samples/reward/mean": 0.5})
+    assert by_samples({"kind": "step", "step": 1, "wall_s": 0.2}) is None  # no cumulative samples: nothing to plot
+
+
+class Placed(Tracker):
+    def __init__(self, place):
+        self.place = place
+
+    def where(self):
+        return self.place
+
+
+def test_the_last_line_names_where_each_tracker_wrote(tmp_path):
+    mlflow = Placed("mlflow: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri file:///m")
+    mirror = TrackerMirror({"a": Placed("tensorboard --logdir x/tensorboard"), "b": Placed(""), "c": mlflow},
+                           warn=pytest.fail)
+    assert mirror.where() == ("trackers: tensorboard --logdir x/tensorboard; mlflow: MLFLOW_ALLOW_FILE_STORE=true "
+                              "mlflow ui --backend-store-uri file:///m")
+    assert TrackerMirror({}, warn=pytest.fail).where() == ""
+    staged = TrackedRun(run_dir=tmp_path / "runs" / ".p4__s0.staging", home=tmp_path, name="p4__s0", group="p4",
+                        project="sw", sweep="sw", config={})
+    assert staged.final_dir == tmp_path / "runs" / "p4__s0"  # a sweep's run is named where it will be, not staged
+    single = TrackedRun(run_dir=tmp_path / "my-run", home=tmp_path, name="p4__s0", group="p4", project="batchscale",
+                        sweep=None, config={})
+    assert single.final_dir == tmp_path / "my-run"
+
+
+@pytest.mark.slow
+def test_a_run_with_tensorboard_ends_with_the_line_to_open_it(random_model_dir, tmp_path):
+    pytest.importorskip("tensorboard")
+    lines = []
+    train(small_config(random_model_dir, 'run.trackers=["tensorboard"]', "run.save_policy=false"), tmp_path / "r",
+          log=lines.append)
+    assert lines[-1] == f"trackers: tensorboard --logdir {tmp_path / 'r' / 'tensorboard'}"
 
 
 class RaisingTracker(Tracker):

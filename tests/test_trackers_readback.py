@@ -24,7 +24,8 @@ from test_sweep import write_sweep
 from test_trainer import read_records, small_config
 
 from batchscale.telemetry.trackers import TRACKER_LIBRARIES, TRACKER_NAMES, missing_library
-from batchscale.telemetry.trackers.base import SAMPLE_COLUMNS, SAMPLES_KEY, flatten_config, param_text, scalars
+from batchscale.telemetry.trackers.base import (BY_SAMPLES, SAMPLE_COLUMNS, SAMPLES_KEY, flatten_config, param_text,
+                                                scalars)
 
 pytestmark = pytest.mark.slow
 INSTALLED = [name for name in TRACKER_NAMES if missing_library(name) is None]
@@ -64,6 +65,16 @@ def series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
     for record in records:
         for key, value in scalars(record).items():
             out[key].append((record["step"], value))
+    return dict(out)
+
+
+def series_by_samples(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """by_samples/<key> -> [(samples, value)]: the second set TensorBoard and MLflow hold, against samples."""
+    out = defaultdict(list)
+    for record in records:
+        for key, value in scalars(record).items():
+            if key != "samples":
+                out[BY_SAMPLES + key].append((record["samples"], value))
     return dict(out)
 
 
@@ -168,10 +179,11 @@ def sweep(random_model_dir, tmp_path_factory):
     return sweep_dir, runs
 
 
-def test_tensorboard_holds_every_record_at_its_step(sweep):
+def test_tensorboard_holds_every_record_at_its_step_and_its_samples(sweep):
     need("tensorboard")
     for run_dir in sweep[1]:
-        expected, found = series(read_records(run_dir)), read_tensorboard(run_dir)
+        records = read_records(run_dir)
+        expected, found = {**series(records), **series_by_samples(records)}, read_tensorboard(run_dir)
         assert set(found) == set(expected)
         for key, values in expected.items():
             assert [s for s, _ in found[key]] == [s for s, _ in values], key
@@ -210,7 +222,8 @@ def test_mlflow_run_holds_every_record_the_params_the_tags_and_the_samples(sweep
         assert run.data.tags["batchscale.label"] == config["derived"]["label"]
         assert run.data.tags["batchscale.sweep"] == sweep_dir.name
         assert run.data.params == {k: param_text(v) for k, v in flatten_config(config).items()}
-        expected = series(read_records(run_dir))
+        records = read_records(run_dir)
+        expected = {**series(records), **series_by_samples(records)}
         assert set(run.data.metrics) == set(expected)
         assert read_mlflow(client, run.info.run_id, expected) == {k: sorted(v) for k, v in expected.items()}
         table = client.load_table(experiment.experiment_id, "eval_examples.json", run_ids=[run.info.run_id])
@@ -268,7 +281,7 @@ def test_a_resumed_runs_trackers_hold_each_record_once(resumed):
     out, before, _ = resumed
     records = read_records(out)
     name = json.loads((out / "config.json").read_text())["derived"]["label"] + "__s0"  # label__s<seed>
-    expected = series(records)
+    expected = {**series(records), **series_by_samples(records)}  # each record once, against step and samples
     assert [r["step"] for r in records if r["kind"] == "step"] == [1, 2, 3, 4, 5]
     if "tensorboard" in INSTALLED:
         found = read_tensorboard(out)
@@ -299,3 +312,10 @@ def test_a_resumed_runs_trackers_hold_each_record_once(resumed):
         assert [m["samples"] for m in metrics] == [r["samples"] for r in records]
         assert tables == samples_rows(out)
 
+
+def test_wandb_charts_plot_against_samples(sweep):
+    need("wandb")
+    for run_dir in sweep[1]:
+        entries = [e for e in read_wandb(run_dir) if e["type"] == "metric"]
+        assert any(e["metric"].get("glob_name") == "*" and e["metric"].get("step_metric") == "samples"
+                   for e in entries), entries

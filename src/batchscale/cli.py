@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from batchscale.config.load import bare_overrides, file_and_overrides
 from batchscale.errors import UserError
 from batchscale.markup import inert
 
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     from batchscale.processes import Terminated, terminate_gracefully
+    from batchscale.threads import wait_passively
+
+    wait_passively()  # before any command imports torch: OpenMP reads it once, when its runtime starts
 
     warnings.formatwarning = _format_warning
     try:
@@ -107,21 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 OVERRIDES_HELP = "overrides as other frameworks write them: batch.prompts_per_step=64 optim.lr=1e-5 (as --set; after it)"
 
 
-def is_override(text: str) -> bool:
-    """KEY=VALUE with a dotted key (`task.path=data/x.jsonl`: its value may hold '/'), not a path that holds '='."""
-    key, sep, _ = text.partition("=")
-    return bool(sep) and bool(key) and "/" not in key and os.sep not in key
-
-
-def bare_overrides(items: list[str] | None) -> list[str]:
-    """KEY=VALUE arguments after the config file, checked as --set checks its items (the same messages after this)."""
-    from batchscale.config import parse_override
-
-    for item in items or []:
-        parse_override(item, field="KEY=VALUE")
-    return list(items or [])
-
-
 @app.command()
 def train(
     config: Annotated[Optional[Path], typer.Argument(help="TOML run config (defaults if omitted)")] = None,
@@ -138,9 +127,7 @@ def train(
     from batchscale.config import load_config
     from batchscale.train.run_progress import train_with_progress
 
-    if config is not None and is_override(str(config)) and not config.exists():  # no config file: overrides alone
-        config, overrides = None, [str(config), *(overrides or [])]
-    set_ = [*set_, *bare_overrides(overrides)]
+    config, set_ = file_and_overrides(config, overrides, set_)  # no config file: overrides alone
     if resume is not None:
         from batchscale.train.resume import resume_config
 
@@ -186,13 +173,34 @@ def demo(
 
 
 @app.command()
+def setup(
+    model: Annotated[list[str], typer.Option("--model", help="a built-in model to build: tiny, smollm2-135m "
+                                                             "(repeatable)")] = ["tiny"],
+    kernels: Annotated[bool, typer.Option(help="compile the engine's native kernels for this CPU")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="print what was built, and the seconds, as JSON")] = False,
+):
+    """Build what first use needs, apart from any work: the tiny model (its pinned copy; BATCHSCALE_TINY_BUILD=1: the
+    warm start, ~2.5 min), --model smollm2-135m's conversion, the native kernels. Interrupted, it restarts cleanly."""
+    from batchscale.first_use import run_setup
+
+    result = run_setup(model, kernels, log=lambda line: typer.echo(line, err=True))
+    if json_out:
+        print_json(result)
+    else:
+        typer.echo("ready: " + "; ".join([*(f"{name} in {path}" for name, path in result["models"].items()),
+                                          *(f"kernels {k}: {v}" for k, v in result["kernels"].items())]))
+
+
+@app.command()
 def sweep(
-    sweep_file: Annotated[Path, typer.Argument(help="sweep TOML: base config, [set], [grid], [[points]], seeds")],
+    sweep_file: Annotated[Path, typer.Argument(help=r"sweep TOML: base config, \[set], \[grid], \[\[points]], seeds")],
     overrides: Annotated[Optional[list[str]], typer.Argument(help=OVERRIDES_HELP + ", for every point",
                                                              metavar="KEY=VALUE...", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option(help="sweep directory (default: runs/<sweep file name>)")] = None,
     executor: Annotated[str, typer.Option(help="local (process pool) or ray")] = "local",
     workers: Annotated[int, typer.Option(help="runs at once (local executor)")] = 1,
+    threads: Annotated[Optional[int], typer.Option(help="torch threads per run (default: the available CPUs / "
+                                                        "--workers)")] = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local one)")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a key of every point")] = [],
     adaptive: Annotated[bool, typer.Option(help="race: stop points that can no longer win, give seeds to the "
@@ -218,7 +226,7 @@ def sweep(
     if adaptive:
         file_seeds = len({p.seed for p in points})
         race = RaceSettings(initial_seeds, max_seeds or max(file_seeds, initial_seeds), time_budget)
-    result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address, race=race,
+    result = run_sweep(points, out or Path("runs") / sweep_file.stem, executor, workers, address, threads, race=race,
                        target=target)
     if json_out:
         print_json(result)
@@ -240,6 +248,7 @@ from batchscale.ingest.cli import import_run as _import_run; app.command("import
 from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702
 from batchscale.profile.cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
 from batchscale.export.cli import export_launchers as _export; app.command("export")(_export)  # noqa: E402, E702
+from batchscale.config.cli import config_app as _config; app.add_typer(_config, name="config")  # noqa: E402, E702
 
 
 if __name__ == "__main__":

@@ -141,6 +141,8 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     from batchscale.sweep.spec import load_sweep_spec
     from batchscale.profile.generation import profile_generation
     from batchscale.profile.training import profile_training
+    from batchscale.threads import choose_threads
+    import torch
 
     began = time.perf_counter()
     scale = QUICK if quick else FULL
@@ -174,6 +176,7 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     done(mark)
 
     mark = stage("profiles", "2/4 accelerate: generation throughput vs concurrency, training time vs batch")
+    torch.set_num_threads(choose_threads("tiny", workers=workers).threads)  # measured as the sweep's runs train
     generation = profile_generation("tiny", concurrencies=list(scale.generation_levels), repeats=3, log=print_plain)
     write_document(out / GENERATION_PROFILE_FILE, generation)
     # the sweep's arithmetic (optim.compute_dtype float32), not "auto", which is bf16 autocast on a native-bf16 CPU

@@ -4,6 +4,7 @@ effects."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,19 +19,57 @@ from batchscale.files import read_text_utf8
 
 
 def parse_override(item: str, field: str = "--set") -> tuple[list[str], Any]:
-    """'a.b=value' -> (['a', 'b'], value), the value read as a TOML value when it is one ('64', '1e-4', 'true'),
-    else kept as a plain string ('sqrt'). `field`: how an error names where the item came from."""
+    """'a.b=value' -> (['a', 'b'], value), the value read as a TOML value when it is one ('64', '1e-4', 'true',
+    '["wandb", "mlflow"]'), else as Hydra writes it: a list of unquoted items ('[wandb,mlflow]', each item a TOML value
+    or a plain string) or 'null' (None), else kept as a plain string ('sqrt'). `field`: how an error names where the
+    item came from."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise UserError(field, f"{item!r} is not of the form dotted.key=value", "write e.g. batch.prompts_per_step=64")
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
+        return key.strip().split("."), read_value(raw)
     except ValueError as e:  # valid TOML that Python will not build: an integer of more than 4,300 digits
         raise UserError(f"{field} {key.strip()}", f"its value cannot be read ({str(e).split(';')[0]})",
                         "give a value in the range the key allows") from None
-    return key.strip().split("."), value
+
+
+def read_value(raw: str) -> Any:
+    """One override's value: TOML, else a Hydra-style list or null, else the text itself."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        pass
+    text = raw.strip()
+    if text == "null":  # Hydra's (and YAML's) None; TOML has none
+        return None
+    if text.startswith("[") and text.endswith("]") and "[" not in text[1:-1] and "]" not in text[1:-1]:
+        parts = [part.strip() for part in text[1:-1].split(",")]
+        if parts[-1] == "":  # [a, b,] as TOML allows, and []
+            parts.pop()
+        return [read_value(part) if part else part for part in parts]
+    return raw
+
+
+def is_override(text: str) -> bool:
+    """KEY=VALUE with a dotted key (`task.path=data/x.jsonl`: its value may hold '/'), not a path that holds '='."""
+    key, sep, _ = text.partition("=")
+    return bool(sep) and bool(key) and "/" not in key and os.sep not in key
+
+
+def bare_overrides(items: list[str] | None) -> list[str]:
+    """KEY=VALUE arguments after the config file, checked as --set checks its items (the same messages after this)."""
+    for item in items or []:
+        parse_override(item, field="KEY=VALUE")
+    return list(items or [])
+
+
+def file_and_overrides(config: Path | None, overrides: list[str] | None,
+                       set_: list[str] = ()) -> tuple[Path | None, list[str]]:
+    """A command's CONFIG argument and its overrides (--set first, then the bare KEY=VALUE arguments): a CONFIG that
+    is an override and no file (`batchscale train run.seed=1`) is the first override, with no file."""
+    if config is not None and is_override(str(config)) and not Path(config).exists():
+        config, overrides = None, [str(config), *(overrides or [])]
+    return config, [*set_, *bare_overrides(overrides)]
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -146,7 +146,9 @@ class RunConfig(Section):
     seed: int = Field(0, ge=0, le=SEED_MAX)
     out_dir: str = "runs/default"
     label: str | None = None  # shared by a configuration's seeds; default derived from algorithm, P, G and lr rule
-    threads: int | None = Field(None, ge=1, le=THREADS_MAX)  # torch intra-op threads; None keeps torch's default
+    # torch intra-op threads; None: chosen from the CPUs available and the work (batchscale.threads: 1 for the tiny
+    # model, else one per CPU the affinity and cgroup quota allow)
+    threads: int | None = Field(None, ge=1, le=THREADS_MAX)
     tensorboard: bool = False  # the same as "tensorboard" in `trackers`
     # experiment trackers mirroring every record (telemetry.trackers), each an optional extra
     trackers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = []

@@ -111,6 +111,10 @@ def plan(
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
         print_plan(decision, explanation, regime, document)
+    if path is not None:  # measurements to doubt (issue 45): on stderr, after the table they qualify
+        from batchscale.plan.doubts import echo_doubts, sweep_doubts
+
+        echo_doubts(sweep_doubts(path, [r.measurement for r in decision.rows], generation_profile))
 
 
 def print_plan(decision, explanation: str, regime, document: dict) -> None:

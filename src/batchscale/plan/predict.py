@@ -30,7 +30,7 @@ from batchscale.errors import UserError
 from batchscale.plan import phase_times
 from batchscale.plan.sweep_inputs import measure_run_throughput
 from batchscale.rundir import GenerationProfile, PredictionDocument, TrainingProfile, read_document, read_run
-from batchscale.telemetry.gradnoise import predict_samples_penalty, summarize_noise_scale
+from batchscale.telemetry.gradnoise import BLOCK_STEPS, predict_samples_penalty, summarize_noise_scale
 
 DEFAULT_BATCH_FACTORS = (0.25, 0.5, 1, 2, 4, 8, 16)
 
@@ -155,14 +155,27 @@ def describe_variance_proxy(steps: list[dict]) -> str:
             "measures, so it is not used")
 
 
+# Why B_noise has no finite upper end and no estimate of the steps that would give it one (NoiseScale.not_estimable).
+NOT_ESTIMABLE = {
+    "no signal": ("B_noise is not resolved: the mean |G|^2 estimate is not above zero over the run's second half, so "
+                  "the gradient is noise at this batch; a run several times longer, or at a larger batch, is needed"),
+    "few steps": ("B_noise is not resolved: the run's second half holds {steps} step(s) with the gradient-noise terms, "
+                  "too few for an interval (at least {blocks}); a run of at least {run} steps is needed"),
+    "no noise": ("B_noise is not resolved: the mean tr(Sigma) estimate is not above zero over the run's second half "
+                 "(no gradient noise measured at this batch, so nothing bounds B_noise); a longer run is needed"),
+    "ema unresolved": ("B_noise is not resolved: {unresolved} of the {steps} steps of the run's second half logged "
+                       "B_noise unresolved (the EMA of |G|^2 not above zero); a longer run is needed"),
+}
+
+
 def unresolved_reason(b_noise, samples_per_step: int) -> str | None:
     """Why no best batch can be named from this B_noise (its interval's upper end infinite), and how many more samples
     the run would need at its present scatter (the window being the run's second half); None when resolved."""
     if b_noise.resolved:
         return None
     if b_noise.steps_to_resolve is None:
-        return ("B_noise is not resolved: the mean |G|^2 estimate is not above zero over the run's second half, so "
-                "the gradient is noise at this batch; a run several times longer, or at a larger batch, is needed")
+        return NOT_ESTIMABLE.get(b_noise.not_estimable, NOT_ESTIMABLE["no signal"]).format(
+            steps=b_noise.steps, unresolved=b_noise.unresolved_steps, blocks=2 * BLOCK_STEPS, run=4 * BLOCK_STEPS)
     more = 2 * b_noise.steps_to_resolve * samples_per_step
     return (f"B_noise is not resolved: its 80% interval reaches infinity (|G|^2 not above its noise); at the present "
             f"scatter about {more:,} more samples ({2 * b_noise.steps_to_resolve} more steps, half of them in the "

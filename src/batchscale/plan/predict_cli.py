@@ -34,6 +34,9 @@ def show_prediction(run_dir: Path, batches: str | None, generation_profile: Path
         sys.stdout.write(json.dumps(document.to_json(), indent=2) + "\n")
     else:
         print_prediction(document)
+    from batchscale.plan.doubts import echo_doubts, run_doubts  # on stderr: --json keeps stdout to the document
+
+    echo_doubts(run_doubts(run_dir, training_profile, generation_profile))
 
 
 def predict(

@@ -18,7 +18,8 @@ from batchscale.errors import UserError
 from batchscale.profile.options import (DEFAULT_BATCHES, default_concurrencies, parse_profile_batches, parse_concurrencies,
                                         validate_micro_batch)
 
-ThreadsOption = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")]
+ThreadsOption = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: 1 for the tiny model, "
+                                                           "else one per CPU available)")]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")]
 HardwareOption = Annotated[Optional[str], typer.Option(help="compare with a preset (H100-SXM, H200, A100-80GB, cpu; "
                                                              "cuda: the detected GPU's, the default on a GPU)")]
@@ -28,15 +29,18 @@ profile_app = typer.Typer(help="Measure throughput on this machine (generation v
                           no_args_is_help=True)
 
 
-def set_threads(threads: int | None) -> None:
-    """torch's intra-op threads for the measurement (None keeps torch's default)."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise UserError("threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
+def set_threads(model: str, threads: int | None) -> None:
+    """torch's intra-op threads for the measurement: --threads, else chosen from the CPUs available and the model
+    (batchscale.threads); the choice is printed once."""
+    if threads is not None and threads < 1:
+        raise UserError("--threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
     import torch
 
-    torch.set_num_threads(threads)
+    from batchscale.threads import choose_threads
+
+    choice = choose_threads(model, threads, override="--threads")
+    torch.set_num_threads(choice.threads)
+    typer.echo(choice.line(), err=True)
 
 
 def show(result, json_out: bool, print_table) -> None:
@@ -45,6 +49,10 @@ def show(result, json_out: bool, print_table) -> None:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
         print_table(result.to_json())
+    from batchscale.plan.doubts import echo_doubts, fit_doubts  # a poor fit is printed, and doubted (issue 45)
+
+    echo_doubts(fit_doubts("this profile", generation_knee=getattr(result, "knee", None),
+                           training_fit=getattr(result, "fit", None)))
 
 
 def print_generation_table(result: dict) -> None:
@@ -122,7 +130,7 @@ def generation(
 ) -> None:
     """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
     levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
-    set_threads(threads)
+    set_threads(model, threads)
     from batchscale.profile.generation import profile_generation
 
     result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
@@ -154,7 +162,7 @@ def training(
     """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
     levels = parse_profile_batches(batches)
     validate_micro_batch(levels, micro_batch_size)
-    set_threads(threads)
+    set_threads(model, threads)
     from batchscale.profile.training import profile_training
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,

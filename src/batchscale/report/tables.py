@@ -81,9 +81,20 @@ def verdict(plan: dict) -> str:
 
 
 def run_dirs_place(path: Path) -> str:
-    """Where the report's runs are, as it is on disk: a sweep's runs/, or the directory itself (one run, or a
-    directory of runs)."""
-    return f"{path / 'runs'}" if (path / "runs").is_dir() else str(path)
+    """Where the report's runs are, relative to the report's directory: a sweep's runs/, or the directory itself (one
+    run, or a directory of runs)."""
+    return "runs/" if (path / "runs").is_dir() else f"{path.name}/"
+
+
+def shown_path(path: Path | None, sweep_dir: Path) -> str:
+    """A file as the report names it: relative to the sweep directory when inside it, else its name alone; never an
+    absolute path of the machine that wrote the report (a report is shared)."""
+    if path is None:
+        return "-"
+    try:
+        return Path(path).resolve().relative_to(Path(sweep_dir).resolve()).as_posix()
+    except ValueError:
+        return Path(path).name
 
 
 def measurement_notes(inputs: ReportInputs) -> list[str]:
@@ -92,8 +103,8 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
     seeds = sorted({s for c in analysis["configs"].values() if isinstance(c.get("seeds"), list) for s in c["seeds"]})
     notes = [
         f"Reference configuration: {plan['reference']}. Target score: {format_number(analysis.get('target'), 4)} "
-        f"(eval/accuracy, or the task's eval/score), from analysis.json ({inputs.analysis_path}); where it came "
-        f"from: {analysis.get('target_rule') or 'not recorded'}.",
+        f"(eval/accuracy, or the task's eval/score), from {shown_path(inputs.analysis_path, inputs.sweep_dir)}; where "
+        f"it came from: {analysis.get('target_rule') or 'not recorded'}.",
         f"Seeds: {', '.join(map(str, seeds)) or '-'}; {inputs.runs_total} run director"
         f"{'y' if inputs.runs_total == 1 else 'ies'} in {run_dirs_place(inputs.sweep_dir)}. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
@@ -128,13 +139,15 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
     else:
         details = ", ".join(f"{k} {getattr(gen, k)}" for k in ("model", "dtype", "backend", "device", "threads",
                                                                 "repeats"))
-        notes.append(f"Generation profile ({inputs.generation_profile_path}): {len(gen.rows)} concurrency levels; "
+        notes.append(f"Generation profile ({shown_path(inputs.generation_profile_path, inputs.sweep_dir)}): "
+                     f"{len(gen.rows)} concurrency levels; "
                      f"{details}. Each level: a warm-up call, then the median of timed repeats (device synchronized).")
     train = inputs.training_profile
     if train is not None:
         keys = ("model", "dtype", "device", "threads", "micro_batch_size", "repeats")
         details = ", ".join(f"{k} {getattr(train, k)}" for k in keys if getattr(train, k) is not None)
-        notes.append(f"Training profile ({inputs.training_profile_path}): {len(train.rows)} batch sizes"
+        notes.append(f"Training profile ({shown_path(inputs.training_profile_path, inputs.sweep_dir)}): "
+                     f"{len(train.rows)} batch sizes"
                      + (f"; {details}" if details else "") + ".")
     return notes
 

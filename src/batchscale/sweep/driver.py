@@ -18,8 +18,7 @@ from batchscale.rundir.ownership import MARKER_FILE, directory_kind, mark_direct
 from batchscale.sweep.executors import EXECUTORS, RunJob, open_executor, run_jobs
 from batchscale.sweep.progress import SweepProgress
 from batchscale.sweep.race import RaceSettings
-from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
-                                     read_summary)
+from batchscale.sweep.runner import adopt, failure_reason, prebuild_models, prepare_sweep_dir, read_summary
 from batchscale.sweep.spec import Point
 
 
@@ -83,13 +82,29 @@ def run_sweep(points: list[Point], sweep_dir: Path, executor: str = "local", wor
     if executor == "local":  # a Ray cluster's nodes may have GPUs its driver lacks
         check_devices(points)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    threads = threads or max(1, available_cores() // workers)
+    choice = sweep_threads(points, workers, threads)
+    console.print(choice.line(), markup=False, highlight=False)
+    threads = choice.threads
     with SweepLock(sweep_dir):
         if read_marker(sweep_dir) is None:
             mark_directory(sweep_dir, directory_kind(sweep_dir) or "sweep")
         if race is not None:
             return _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads)
         return _run_locked(points, sweep_dir, executor, workers, address, threads)
+
+
+def sweep_threads(points: list[Point], workers: int, threads: int | None = None):
+    """Each worker's torch threads (batchscale.threads): `threads` (--threads), else a run.threads every point sets,
+    else chosen from the CPUs available, the workers and the points' model (1 for the tiny model)."""
+    from batchscale.threads import choose_threads
+
+    if threads is not None and threads < 1:
+        raise UserError("--threads", f"must be >= 1, got {threads}", "pass --threads 1 or more")
+    override, set_in_points = "--threads", {p.config.run.threads for p in points}
+    if threads is None and len(set_in_points) == 1 and None not in set_in_points:
+        threads, override = set_in_points.pop(), "run.threads"
+    models = {p.config.model.name for p in points}
+    return choose_threads(models.pop() if len(models) == 1 else None, threads, workers, override)
 
 
 def event_handler(progress: SweepProgress, totals: dict[str, int]):

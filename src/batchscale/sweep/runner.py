@@ -12,7 +12,8 @@ those points cleanly; every record exists exactly once.
 Workers die with the sweep (batchscale.processes): a sweep killed with SIGKILL leaves no worker training on, and no
 late result can be renamed into runs/, because only the sweep process renames.
 
-Cores are split, not oversubscribed: with W workers on C cores each run uses max(1, C // W) torch threads.
+Cores are split, not oversubscribed: with W workers on C available CPUs each run uses max(1, C // W) torch threads,
+or one for the tiny model (batchscale.threads; `--threads` and a run.threads every point sets override).
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ _events = None  # a local pool worker's progress queue, set by init_worker
 
 
 def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """CPUs this process may keep busy: its affinity capped by its cgroup's CPU quota (batchscale.threads)."""
+    from batchscale.threads import available_cpus
+
+    return available_cpus().cpus
 
 
 def init_worker(events, parent_pid: int) -> None:

@@ -135,7 +135,9 @@ class NoiseScaleEMA:
 class NoiseScale:
     """B_noise in samples with its interval (math.inf: beyond what the run resolves), how many steps it was read
     from (of which how many logged the EMA unresolved), and, when the interval's upper end is infinite, how many more
-    window steps would resolve it (None: not estimable, |G|^2's mean not positive)."""
+    window steps would resolve it (None: not estimable, and `not_estimable` says why: "no signal", the mean |G|^2
+    not above zero; "no noise", the mean tr(Sigma) not above zero; "few steps", fewer than two blocks of
+    BLOCK_STEPS in the window; "ema unresolved", too many steps that logged the EMA unresolved)."""
 
     value: float
     low: float
@@ -144,6 +146,7 @@ class NoiseScale:
     unresolved_steps: int = 0
     method: str = "ratio of means"
     steps_to_resolve: int | None = 0
+    not_estimable: str | None = None
 
     @property
     def resolved(self) -> bool:
@@ -190,10 +193,12 @@ def ratio_of_means(runs: list[np.ndarray], unresolved_steps: int = 0) -> NoiseSc
     steps = sum(len(terms) for terms in runs)
     grad_sq, trace_sigma = np.concatenate(runs).mean(axis=0)
     if trace_sigma <= 0:  # no noise resolved above zero: nothing bounds B_noise from this run
-        return NoiseScale(MIN_B_NOISE, MIN_B_NOISE, math.inf, steps, unresolved_steps, steps_to_resolve=None)
+        return NoiseScale(MIN_B_NOISE, MIN_B_NOISE, math.inf, steps, unresolved_steps, steps_to_resolve=None,
+                          not_estimable="no noise")
     inverse = grad_sq / trace_sigma
     if len(blocks) < 2:
-        return NoiseScale(_invert(inverse), 0.0, math.inf, steps, unresolved_steps, steps_to_resolve=None)
+        return NoiseScale(_invert(inverse), 0.0, math.inf, steps, unresolved_steps, steps_to_resolve=None,
+                          not_estimable="few steps")
     scatter = blocks[:, 0] - inverse * blocks[:, 1]
     se = float(np.std(scatter, ddof=1) / math.sqrt(len(blocks)) / trace_sigma)
     t = float(stats.t.ppf(0.5 + INTERVAL_LEVEL / 2, len(blocks) - 1))
@@ -202,7 +207,7 @@ def ratio_of_means(runs: list[np.ndarray], unresolved_steps: int = 0) -> NoiseSc
     if low_inverse <= 0:  # steps at which t * se(n) < inverse, se shrinking as 1/sqrt(n)
         to_resolve = None if inverse <= 0 else max(1, math.ceil(steps * ((t * se / inverse) ** 2 - 1)))
     return NoiseScale(_invert(inverse), _invert(high_inverse), _invert(low_inverse), steps, unresolved_steps,
-                      steps_to_resolve=to_resolve)
+                      steps_to_resolve=to_resolve, not_estimable="no signal" if to_resolve is None else None)
 
 
 def _ema_median(step_lists: list[list[dict]], key: str) -> NoiseScale | None:
@@ -215,7 +220,7 @@ def _ema_median(step_lists: list[list[dict]], key: str) -> NoiseScale | None:
     upper, middle, lower = np.percentile(inverse, [SPREAD_PERCENTILES[1], 50.0, SPREAD_PERCENTILES[0]])
     return NoiseScale(_invert(middle), _invert(upper), _invert(lower), len(logged),
                       sum(1 for v in logged if not _is_number(v)), method="ema median",
-                      steps_to_resolve=0 if lower > 0 else None)
+                      steps_to_resolve=0 if lower > 0 else None, not_estimable=None if lower > 0 else "ema unresolved")
 
 
 def predict_samples_penalty(samples_per_step: float, reference_samples_per_step: float, b_noise: float) -> float:

@@ -241,7 +241,9 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
         "prompts": plan.prompts_per_step,
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std(unbiased=False)),
-        "reward/zero_std_group_frac": float((groups.std(dim=1, unbiased=False) == 0).float().mean()),  # G=1: 1
+        # groups whose G rewards are all equal (no GRPO signal); at G = 1 every group is one response: left out
+        **({"reward/zero_std_group_frac": float((groups.std(dim=1, unbiased=False) == 0).float().mean())}
+           if plan.samples_per_prompt > 1 else {}),
         **({"reward/baseline_mean": float(baseline.mean())} if algorithm.needs_greedy_baseline else {}),
         "response/length_mean": float(lengths.mean()),
         "response/length_max": int(lengths.max()),

@@ -67,6 +67,8 @@ class Recorder:
         self.runlog.close()
         self.samples_log.close()
         self.mirror.close()
+        if where := self.mirror.where():
+            self.log(where)
 
     def finish(self, summary) -> None:
         self.runlog.finish(summary)

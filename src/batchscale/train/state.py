@@ -25,6 +25,7 @@ from batchscale.rollout.base import SamplingParams
 from batchscale.tasks import build_task
 from batchscale.telemetry.gradnoise import NoiseScaleEMA
 from batchscale.telemetry.timers import PhaseTimer
+from batchscale.threads import choose_threads
 from batchscale.train.actor import Actor, build_actor
 from batchscale.train.critic import Critic, build_critic
 from batchscale.train.precision import resolve_training_dtype
@@ -72,8 +73,9 @@ def check_context(cfg: Config, model_config) -> None:
 
 
 def _build(cfg: Config, plan: BatchPlan, algorithm: Algorithm, task, log: Callable[[str], None]) -> TrainingState:
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
+    threads = choose_threads(cfg.model.name, cfg.run.threads)  # run.threads, else what the work gains from
+    torch.set_num_threads(threads.threads)
+    log(threads.line())
     device = resolve_device(cfg.run.device)  # a GPU that is not there fails here, before the model loads
     if cfg.rollout.mode == "async" and device.type != "cpu":
         raise UserError("rollout.mode", f"asynchronous rollouts share weights through CPU shared memory and run on the "

@@ -1,7 +1,11 @@
 """What every tracker logs, and the interface each implements.
 
 A tracker mirrors every record of metrics.jsonl with the same keys: each number of the record (`samples`, the
-cumulative responses, among them; `kind` and `step` are not values), at the record's `step`, the x-axis. An eval
+cumulative responses, among them; `kind` and `step` are not values), at the record's `step`. The paper's axis is
+samples, not optimizer steps (a larger batch takes fewer steps for the same samples), so each tracker also plots
+against samples, the way it supports: W&B's `define_metric(step_metric="samples")` (every chart's x-axis is samples),
+TensorBoard and MLflow a second set of series under `by_samples/<key>` whose step is the record's samples (their x-axis
+is always the integer step), trackio none (it plots against step; samples is a logged value). An eval
 record and the step record it follows share their step; trackers that keep one row per step (W&B) merge them, the
 eval's `wall_s` replacing the step's. The run's resolved config is its parameters, its label (shared by a
 configuration's seeds) its group, and a sweep's runs share a project (W&B project, MLflow experiment, trackio
@@ -32,6 +36,24 @@ class TrackedRun:
     project: str  # the sweep's directory name, or DEFAULT_PROJECT
     sweep: str | None  # the sweep's directory name, None outside a sweep
     config: dict  # the resolved config (config.json)
+
+    @property
+    def final_dir(self) -> Path:
+        """Where the run directory will be once finished: a sweep's run moves from its staging directory to
+        runs/<name> beside it; any other run is written in place."""
+        return self.run_dir if self.sweep is None else self.run_dir.parent / self.name
+
+
+BY_SAMPLES = "by_samples/"  # TensorBoard's and MLflow's series against samples (module docstring)
+
+
+def by_samples(record: dict) -> tuple[int, dict[str, float]] | None:
+    """(samples, the record's numbers under by_samples/<key>) for the trackers whose x-axis is the step; None for a
+    record without cumulative samples."""
+    samples = record.get("samples")
+    if not isinstance(samples, int) or isinstance(samples, bool):
+        return None
+    return samples, {BY_SAMPLES + key: value for key, value in scalars(record).items() if key != "samples"}
 
 
 def scalars(record: dict) -> dict[str, float]:
@@ -76,6 +98,10 @@ class Tracker:
 
     def close(self) -> None:
         """Flush and end the tracker's run."""
+
+    def where(self) -> str:
+        """Where it wrote and how to open it, for the run's last line ("" when there is nothing to say)."""
+        return ""
 
     @property
     def ids(self) -> dict[str, str]:

@@ -63,6 +63,11 @@ class TrackerMirror:
     def close(self) -> None:
         self._each("closing its run", lambda tracker: tracker.close())
 
+    def where(self) -> str:
+        """One line naming where each tracker wrote and how to open it ("" without trackers)."""
+        places = [place for tracker in self.trackers.values() if (place := tracker.where())]
+        return "trackers: " + "; ".join(places) if places else ""
+
 
 def open_tracker(name: str, run: TrackedRun, resume: bool, previous: dict[str, str]) -> Tracker:
     module, cls = TRACKER_CLASSES[name]

@@ -2,7 +2,8 @@
 several runs). Tracking URI: MLFLOW_TRACKING_URI, else a file store `file:<home>/mlruns` beside the run (in its
 sweep's directory for a sweep: one store, one experiment per sweep). Experiment: MLFLOW_EXPERIMENT_NAME, else the
 sweep's name; run name <label>__s<seed>; tags `batchscale.label` (the group) and `batchscale.sweep`; the resolved
-config as params under its dotted keys. Each eval's samples join the table `eval_examples.json`, written whole in
+config as params under its dotted keys; each number also under `by_samples/<key>` at the record's samples
+(base.py). Each eval's samples join the table `eval_examples.json`, written whole in
 `log_table`'s format (`{"columns", "data"}`, tagged as a table: `load_table` and the UI read it). log_table itself
 is not used: it appends through pandas, which turns an answer like "117" into the number 117.
 
@@ -11,6 +12,11 @@ like any other and may name a run that is not batchscale's. The interrupted run 
 batchscale created for this run: it carries the tag `batchscale.token` with the random token trackers.json stores
 beside its id. That run alone is tagged `batchscale.superseded_by` (the new run's id) and ended as KILLED; any other
 run trackers.json names is left untouched.
+
+Reading it back: MLflow 3 opens a file store only with MLFLOW_ALLOW_FILE_STORE=true (its file backend is in
+maintenance mode), so the run's last line prints the whole command, `MLFLOW_ALLOW_FILE_STORE=true mlflow ui
+--backend-store-uri file:///...`. The file store stays the default (not sqlite) because a sweep's workers write to one
+store at once, and because it needs no database set up.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import secrets
 import time
 
 from batchscale.rundir.samples import SampleRow
-from batchscale.telemetry.trackers.base import (SAMPLE_COLUMNS, Tracker, TrackedRun, flatten_config, param_text,
-                                                sample_table, scalars)
+from batchscale.telemetry.trackers.base import (SAMPLE_COLUMNS, Tracker, TrackedRun, by_samples, flatten_config,
+                                                param_text, sample_table, scalars)
 
 STORE_DIR = "mlruns"
 TABLE_FILE = "eval_examples.json"
@@ -79,6 +85,9 @@ class MlflowTracker(Tracker):
 
         timestamp_ms = int(time.time() * 1000)
         metrics = [Metric(key, float(value), timestamp_ms, record["step"]) for key, value in scalars(record).items()]
+        if (against := by_samples(record)) is not None:
+            samples, values = against
+            metrics += [Metric(key, float(value), timestamp_ms, samples) for key, value in values.items()]
         self._client.log_batch(self._run_id, metrics=metrics)
 
     def log_samples(self, step: int, rows: list[SampleRow]) -> None:
@@ -89,6 +98,11 @@ class MlflowTracker(Tracker):
 
     def close(self) -> None:
         self._client.set_terminated(self._run_id)
+
+    def where(self) -> str:
+        if self._uri.startswith("file:"):
+            return f"mlflow: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {self._uri}"
+        return f"mlflow: run {self._run_id} at {self._uri}"
 
     @property
     def ids(self) -> dict[str, str]:

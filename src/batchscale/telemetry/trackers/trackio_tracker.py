@@ -35,6 +35,9 @@ class TrackioTracker(Tracker):
         table = self._trackio.Table(columns=list(SAMPLE_COLUMNS), data=sample_table(rows))
         self._run.log({SAMPLES_KEY: table}, step=step)
 
+    def where(self) -> str:
+        return f"trackio: `trackio show --project {self._project}`"
+
     def close(self) -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             if self._trackio.context_vars.current_run.get() is self._run:

@@ -1,7 +1,8 @@
 """Weights & Biases: one W&B run per batchscale run, offline unless the user configured otherwise (WANDB_MODE), in
 `<run>/wandb/` (`wandb sync <run>/wandb/offline-run-*` uploads it later). Project: WANDB_PROJECT, else the sweep's
 name; group: the label; name: <label>__s<seed>; tags: the sweep; config: the resolved config. W&B keeps one row per
-step, so an eval joins the row of the step it follows. Each eval's samples are a wandb.Table under `eval/examples`.
+step, so an eval joins the row of the step it follows; every chart's x-axis is `samples` (define_metric), the step
+stays W&B's own step. Each eval's samples are a wandb.Table under `eval/examples`.
 
 Resume: an offline run's files are the run directory's own, so they are removed and the kept records replayed into
 a new offline run. An online run cannot be taken back: the resumed run is a new W&B run in the same group, replayed
@@ -40,6 +41,9 @@ class WandbTracker(Tracker):
             reinit="create_new",  # a sweep's worker trains runs one after another in one process
             settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
         self.mode = self._run.settings.mode
+        self._offline_dir = run.final_dir / WANDB_DIR
+        self._run.define_metric("samples")
+        self._run.define_metric("*", step_metric="samples")  # the paper's axis (base.py)
         if resume and self.mode not in OFFLINE_MODES and previous.get("id"):
             self.warning = (f"W&B is {self.mode}: the interrupted run's W&B run {previous['id']} stays; the resumed "
                             f"run is the new W&B run {self._run.id}")
@@ -53,6 +57,11 @@ class WandbTracker(Tracker):
 
     def close(self) -> None:
         self._run.finish()
+
+    def where(self) -> str:
+        if self.mode in OFFLINE_MODES:
+            return f"wandb offline: `wandb sync {self._offline_dir}/offline-run-*` uploads it"
+        return f"wandb: {self._run.url or self._run.id}"
 
     @property
     def ids(self) -> dict[str, str]:
