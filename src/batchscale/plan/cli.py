@@ -157,6 +157,11 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
     console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
     console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)
+    if document.get("generation_source"):
+        also = "; it also gives the generation side of q (see throughput_method in --json)" \
+            if document.get("generation_backend") == "openai" else ""
+        generation = f"knee from {document['generation_source']}{also}"
+        console.print(f"[bold]Generation:[/bold] {console_text(generation)}", highlight=False)
 
 
 def _fmt(value, spec: str = "{}") -> str:

@@ -129,7 +129,8 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
         details = ", ".join(f"{k} {getattr(gen, k)}" for k in ("model", "dtype", "backend", "device", "threads",
                                                                 "repeats"))
         notes.append(f"Generation profile ({inputs.generation_profile_path}): {len(gen.rows)} concurrency levels; "
-                     f"{details}. Each level: a warm-up call, then the median of timed repeats (device synchronized).")
+                     f"{details}; measured on {gen.measured_on}. Each level: a warm-up call, then the median of timed "
+                     "repeats" + (" (device synchronized)." if gen.server is None else server_note(gen.server)))
     train = inputs.training_profile
     if train is not None:
         keys = ("model", "dtype", "device", "threads", "micro_batch_size", "repeats")
@@ -137,6 +138,13 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
         notes.append(f"Training profile ({inputs.training_profile_path}): {len(train.rows)} batch sizes"
                      + (f"; {details}" if details else "") + ".")
     return notes
+
+
+def server_note(server) -> str:
+    """How a server's profile was measured (profile/openai_server.py), for the report's methods."""
+    return (f" (streamed requests; ignore_eos {server.ignore_eos}; tokens from {server.tokens_from}). The server's "
+            "knee also gives the generation side of q: each label's time/generate is the reference's carried by the "
+            "knee and the label's tokens per sample.")
 
 
 def machine_note(inputs: ReportInputs) -> str:
