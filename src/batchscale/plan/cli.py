@@ -28,7 +28,8 @@ def plan(
         Optional[str], typer.Option("--reference", help="Reference label (default: analysis.json's, or the first row).")
     ] = None,
     generation_profile: Annotated[
-        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`, for the regime.")
+        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`, for the regime "
+                                     "(a server's, --backend openai: also the generation side of q).")
     ] = None,
     critical_generation_batch: Annotated[
         Optional[float], typer.Option("--critical-generation-batch", help="Generation knee, samples in flight.")
