@@ -32,12 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generation import ROOT, VLLM_CACHE, VLLM_VENV, ensure_vllm_venv  # noqa: E402  (benchmarks/generation.py)
-
-from batchscale.policy.load import smollm2_dir  # noqa: E402
-from batchscale.profile.local_server import local_server  # noqa: E402
-
+ROOT = Path(__file__).resolve().parent.parent
 SERVED_NAME = "smollm2-135m"  # the name the server lists; --shape gives the roofline the checkpoint's config.json
 
 
@@ -134,6 +129,13 @@ def main() -> None:
 
 
 def measure(args) -> None:
+    # here, not at the top: --summarize-only reads JSON and needs neither torch nor the model
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from generation import VLLM_CACHE, VLLM_VENV, ensure_vllm_venv  # benchmarks/generation.py
+
+    from batchscale.policy.load import smollm2_dir
+    from batchscale.profile.local_server import local_server
+
     levels = [int(level) for level in args.levels.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = smollm2_dir(log=lambda message: None)
