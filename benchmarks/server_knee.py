@@ -50,9 +50,9 @@ def run_profile(argv: list[str], path: Path, env: dict) -> dict:
     result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env})
     if result.returncode != 0:
         sys.exit(f"{' '.join(argv)}\nexited {result.returncode}: {result.stderr.strip()[-2000:]}")
+    path.write_text(result.stdout)  # the profile as written: its schema is strict, so the load goes beside it
+    path.with_suffix(".load.json").write_text(json.dumps({"started": started, "load_1min": before}) + "\n")
     document = json.loads(result.stdout)
-    document["bench"] = {"started": started, "load_1min": before}  # beside the profile's keys: plan ignores it
-    path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"  {path.name}: {started}, load {before}, knee "
           f"{(document.get('knee') or {}).get('b_90')}", flush=True)
     return document
@@ -178,6 +178,13 @@ def rounds(out: Path) -> int:
     return n
 
 
+def started_load(path: Path) -> str:
+    if not path.is_file():
+        return "?"
+    load_file = json.loads(path.read_text())
+    return f"{load_file['load_1min']} at {load_file['started']}"
+
+
 def summarize(out: Path, sweep: Path | None) -> None:
     n = rounds(out)
     engine, server = ([json.loads((out / f"{name}-{r}.json").read_text()) for r in range(1, n + 1)]
@@ -186,8 +193,8 @@ def summarize(out: Path, sweep: Path | None) -> None:
     print(f"\nmodel {first['model']} ({first['dtype']}), {first['threads']} thread(s), "
           f"G={first['samples_per_prompt']}, sampling {first['sampling']}, medians of {n} alternating round(s); vLLM server {info.get('version')}, "
           f"ignore_eos {info['ignore_eos']}, tokens from {info['tokens_from']}; load at each profile's start: "
-          + ", ".join(f"{name}-{r + 1} {(d.get('bench') or {}).get('load_1min', '?')}"
-                      for name, docs in (("engine", engine), ("vllm", server)) for r, d in enumerate(docs)) + "\n")
+          + ", ".join(f"{name}-{r} {started_load(out / f'{name}-{r}.load.json')}"
+                      for name in ("engine", "vllm") for r in range(1, n + 1)) + "\n")
     print(table(engine, server))
     if sweep:
         for name in ("engine", "vllm"):
