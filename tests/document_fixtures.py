@@ -27,6 +27,19 @@ def generation_profile(levels, tokens_per_s, knee: dict | None = None) -> Genera
                              knee=knee)
 
 
+SERVER = {"url": "http://127.0.0.1:8000/v1", "endpoint": "completions", "model": "served-model",
+          "models_listed": ["served-model"], "version": "0.32.0", "version_from": "/version", "server_header": "uvicorn",
+          "ignore_eos": "honoured", "stream_usage": True, "tokens_from": "usage",
+          "timeouts_s": {"connect": 10.0, "read": 60.0, "level": 600.0}}
+
+
+def server_profile(levels, tokens_per_s, knee: dict | None = None) -> GenerationProfile:
+    """The same rows as a server's profile (`profile generation --backend openai`): backend openai, a server block."""
+    engine = generation_profile(levels, tokens_per_s, knee).to_json()
+    return GenerationProfile.model_validate({**engine, "backend": "openai", "device": "server", "threads": None,
+                                             "params": None, "model": "served-model", "server": SERVER})
+
+
 def write_generation_profile(path: Path) -> Path:
     """tokens/s = 1000 B / (B + 32) over B = 1..256, with the knee fitted as `profile generation` does."""
     levels = [2**i for i in range(9)]

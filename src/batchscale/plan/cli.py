@@ -28,7 +28,8 @@ def plan(
         Optional[str], typer.Option("--reference", help="Reference label (default: analysis.json's, or the first row).")
     ] = None,
     generation_profile: Annotated[
-        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`, for the regime.")
+        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`, for the regime "
+                                     "(a server's, --backend openai: also the generation side of q).")
     ] = None,
     critical_generation_batch: Annotated[
         Optional[float], typer.Option("--critical-generation-batch", help="Generation knee, samples in flight.")
@@ -161,6 +162,11 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
     console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
     console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)
+    if document.get("generation_source"):
+        also = "; it also gives the generation side of q (see throughput_method in --json)" \
+            if document.get("generation_backend") == "openai" else ""
+        generation = f"knee from {document['generation_source']}{also}"
+        console.print(f"[bold]Generation:[/bold] {console_text(generation)}", highlight=False)
 
 
 def _fmt(value, spec: str = "{}") -> str:

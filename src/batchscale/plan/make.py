@@ -14,6 +14,7 @@ from batchscale.plan.decide import compute_plan
 from batchscale.plan.explain import Regime, classify_regime, explain_decision
 from batchscale.plan.load_table import load_table
 from batchscale.plan.memory import MemoryLimit, apply_memory_limit, check_parallelism
+from batchscale.plan.phase_times import carry_server_generation
 from batchscale.plan.rows import Decision, PlanRow
 from batchscale.plan.sweep_inputs import THROUGHPUT_METHOD, load_sweep_inputs
 from batchscale.rundir import PlanDocument
@@ -48,6 +49,8 @@ def make_plan(
         }
         gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
         profile, no_signal, score = sweep.profile, sweep.no_signal, sweep.score
+        if profile is not None:
+            source.update(generation_source=profile.measured_on, generation_backend=profile.backend)
     for name, value in (("--critical-generation-batch", critical_generation_batch),
                         ("--critical-training-batch", critical_training_batch)):  # fmt: skip
         if value is not None and not (value > 0 and math.isfinite(value)):
@@ -55,6 +58,9 @@ def make_plan(
     if max_concurrency is not None:
         check_parallelism(1, 1, max_concurrency)
         measurements = [replace(m, max_concurrency=max_concurrency) for m in measurements]
+    if profile is not None and profile.server is not None:  # the deployed generator, not the runs' own
+        measurements, how = carry_server_generation(measurements, reference, profile)
+        source["throughput_method"] += f"; {how}"
     if memory is not None:
         measurements = apply_memory_limit(measurements, memory)
         source["memory"] = memory.to_json()
@@ -63,6 +69,8 @@ def make_plan(
         reachable_knee(gen_knee, profile, memory)
     regime = classify_regime(knee, critical_training_batch if critical_training_batch is not None else b_simple,
                              knee_note)
+    if critical_generation_batch is None and profile is not None and regime.critical_generation_batch_samples:
+        regime = replace(regime, sentence=f"{regime.sentence} Generation knee from {profile.measured_on}.")
     explanation = explain_decision(decision)
     if score == "train-reward":
         explanation += f" {TRAIN_REWARD_CAVEAT}"

@@ -15,11 +15,23 @@ the prediction keeps the run's own split between generation and training and its
 - training, from the roofline: the forward + backward latency bound of B sequences of `context` tokens;
 - without a model for a phase: t proportional to B (constant samples/s: no gain from a larger batch is assumed).
 Everything else in `time/step` (scoring, advantages, the critic) is carried proportionally to B.
+
+`plan` on a sweep with a server's generation profile (backend openai: the generator the user deploys, not the one the
+runs generated with) replaces the generation side of each label's measured q (`carry_server_generation`): its
+time/generate becomes the reference's, carried to the label by the server's knee as above and by the tokens each
+sample took in the label's own runs (median tokens/generated per step over B):
+
+    t_gen(L) = t_gen(ref) * [s(B_L) * tokens_per_sample(L)] / [s(B_ref) * tokens_per_sample(ref)]
+
+with s(B) = B / rate(min(B, max_concurrency)); the rest of each label's step stays as measured, and its q (and every
+seed's, so their spread) is scaled by step_s / (step_s - t_gen measured + t_gen carried). Departure: the absolute
+speed stays this machine's at the reference (the server's own speed on other hardware would mix two machines'
+clocks); what the server contributes is the shape of its knee.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -50,7 +62,46 @@ def generation_from_profile(profile: GenerationProfile, max_concurrency: int | N
             raise UserError("--generation-profile", "has no knee fit and no row with responses_per_s > 0",
                             "rerun `batchscale profile generation --json`")
         rate, how = _interpolate_rate([c for c, _ in levels], [q for _, q in levels]), "rows interpolated"
-    return PhaseModel(_in_waves(rate, max_concurrency), f"generation: profile {how}")
+    return PhaseModel(_in_waves(rate, max_concurrency), f"generation: profile {how}, measured on {profile.measured_on}")
+
+
+def carry_server_generation(measurements: list, reference: str, profile: GenerationProfile) -> tuple[list, str]:
+    """Each label's measurement with its generation time carried from the reference's by the server's knee (module
+    docstring); returns the measurements and the sentence the plan's throughput_method adds."""
+    by_label = {m.label: m for m in measurements}
+    ref = by_label.get(reference)
+    if ref is None or ref.extra.get("generate_s") is None or not ref.samples_per_step:
+        raise UserError("--generation-profile", f"a server's profile replaces the generation side of q from the "
+                        f"reference's measured time/generate, which {reference!r} does not log",
+                        "pass a profile of batchscale's engine (it sets the regime only), or log time/generate")
+
+    def generation_units(m) -> float:  # s(B) * tokens per sample, in the profile's arbitrary unit
+        per_sample = (m.tokens_per_step / m.samples_per_step) if m.tokens_per_step else 1.0
+        return phase_model(m).seconds(m.samples_per_step) * per_sample
+
+    def phase_model(m) -> PhaseModel:
+        return generation_from_profile(profile, m.max_concurrency)
+    unit_s = ref.extra["generate_s"] / generation_units(ref)
+    lengths_known = all(m.tokens_per_step for m in measurements)
+    carried = []
+    for m in measurements:
+        measured = m.extra.get("generate_s")
+        if measured is None or not m.samples_per_step or not m.extra.get("step_s"):
+            raise UserError("--generation-profile", f"label {m.label!r} logs no time/generate or time/step, which "
+                            "a server's profile needs to replace the generation side of q", "log the phase timers")
+        generate_s = unit_s * generation_units(m)
+        step_s = max(m.extra["step_s"] - measured + generate_s, 1e-12)
+        factor = m.extra["step_s"] / step_s
+        extra = {**m.extra, "generate_s": generate_s, "generate_s_measured": measured, "step_s": step_s}
+        for key in ("throughput_min_samples_per_s", "throughput_max_samples_per_s"):
+            if extra.get(key) is not None:
+                extra[key] *= factor
+        carried.append(replace(m, throughput_samples_per_s=m.throughput_samples_per_s * factor, extra=extra))
+    how = (f"generation time carried from the reference's measured time/generate to each label by the knee of "
+           f"{profile.measured_on}" + (" and each label's tokens per sample" if lengths_known else
+                                       " (tokens per sample not logged by every label: taken as equal)")
+           + "; the rest of each step as measured")
+    return carried, how
 
 
 def generation_from_roofline(shape, hardware, context: int, max_concurrency: int | None) -> PhaseModel:

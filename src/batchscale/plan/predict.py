@@ -136,6 +136,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
                  "high": max(known) if known else None},
         "throughput_method": "; ".join([generation.method, training.method, "other step time: proportional to B",
                                         "each carried from the run's median phase times after the first step"]),
+        "generation_source": gen_profile.measured_on if gen_profile is not None else None,
         "rows": rows,
     })
 

@@ -26,6 +26,7 @@ class ConfigMeasurement:
     throughput_steps: int | None = None  # how many steps that is
     generation_batch: int | None = None  # responses in flight (run.json), for the memory check
     max_concurrency: int | None = None  # sequences decoding at once (run.json, a table column or --max-concurrency)
+    tokens_per_step: float | None = None  # median tokens/generated per step (a sweep's logs), for a server's profile
     extra: dict = field(default_factory=dict)  # source-specific numbers passed through to JSON (e.g. phase times)
 
     @property

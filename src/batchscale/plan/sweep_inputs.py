@@ -6,7 +6,9 @@ Sources (formats in batchscale.rundir):
   samples_to_target {mean, reached, censored}, and `b_simple` (the critical training batch).
 - `DIR/runs/<label>__s<seed>/`, read with `rundir.read_run` (the run log's one reader), grouped by label.
 - optionally a generation profile (`batchscale profile generation --json`): its knee gives the critical generation
-  batch (B_90 of the fit). Looked up at `--generation-profile`, else `DIR/profiles/generation.json`.
+  batch (B_90 of the fit). Looked up at `--generation-profile`, else `DIR/profiles/generation.json`. A server's profile
+  (backend openai) also gives the generation side of q: `plan.make` applies `phase_times.carry_server_generation`,
+  which needs each label's tokens per step (median tokens/generated, passed through here).
 
 Throughput estimator (documented choice; the paper asks for "stable end-to-end throughput"): per seed, q_seed =
 samples_per_step / median(time/step) over step records after the first (the first step carries warm-up: allocator,
@@ -69,6 +71,7 @@ class RunThroughput:
     warmup_only: bool  # no step after the warm-up step: the warm-up step is all there is
     generation_batch: int | None  # run.json
     max_concurrency: int | None  # run.json
+    tokens_per_step: float | None = None  # median tokens/generated
 
 
 def load_sweep_inputs(sweep_dir: Path, reference: str | None = None, profile_path: Path | None = None) -> SweepInputs:
@@ -135,6 +138,7 @@ def measure_run_throughput(run: LoadedRun) -> RunThroughput | None:
         warmup_only=len(steps) == 1,
         generation_batch=run.descriptor.generation_batch,
         max_concurrency=run.descriptor.max_concurrency,
+        tokens_per_step=_median_of(stable, "tokens/generated"),
     )
 
 
@@ -163,6 +167,7 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
         throughput_steps=len(log_q),
         generation_batch=_agreed([r.generation_batch for r in runs]),
         max_concurrency=_agreed([r.max_concurrency for r in runs]),
+        tokens_per_step=_mean_or_none([r.tokens_per_step for r in runs]),
         seeds_reached=stt.reached,
         seeds_censored=stt.censored,
         prompts_per_step=cfg.prompts_per_step,

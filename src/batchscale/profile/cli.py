@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
+from batchscale.markup import console_text
 from batchscale.profile.options import (DEFAULT_BATCHES, default_concurrencies, parse_profile_batches, parse_concurrencies,
                                         validate_micro_batch)
 
@@ -69,15 +70,32 @@ def print_generation_table(result: dict) -> None:
         caption += (f"; concurrency 1 realizes {roofline['bandwidth_fraction_at_1']:.1%} of {roofline['hardware']}'s "
                     f"HBM bandwidth")
     computes = "" if result["compute_dtype"] == result["dtype"] else f", computed in {result['compute_dtype']}"
-    table = Table(title=f"generation: {result['model']} ({result['dtype']}{computes}, {result['backend']}) on "
-                        f"{result['device']}, {result['threads']} threads", caption=caption)
-    for column in ["concurrency", "tok/s", "resp/s", "active mean", "resp len", "median s", "peak RSS MB"]:
+    server = result.get("server")
+    where = f"{result['device']}, {result['threads']} threads"
+    if server is not None:
+        threads = "" if result["threads"] is None else f", {result['threads']} threads"
+        where = f"{server['url']} ({server['version'] or server['server_header'] or 'version unknown'}{threads})"
+        caption += (f"; ignore_eos {server['ignore_eos']}; tokens from {server['tokens_from']}; endpoint "
+                    f"/v1/{'chat/' if server['endpoint'] == 'chat' else ''}completions")
+    table = Table(title=console_text(f"generation: {result['model']} ({result['dtype']}{computes}, "
+                                     f"{result['backend']}) on {where}"), caption=console_text(caption))
+    columns = ["concurrency", "tok/s", "resp/s", "active mean", "resp len", "median s"]
+    columns += ["TTFT ms", "ITL ms"] if server is not None else ["peak RSS MB"]
+    for column in columns:
         table.add_column(column, justify="right")
     for row in result["rows"]:
-        table.add_row(str(row["concurrency"]), f"{row['tokens_per_s']:.1f}", f"{row['responses_per_s']:.1f}",
-                      f"{row['active_mean']:.1f}", f"{row['response_length_mean']:.2f}", f"{row['time_s']:.3f}",
-                      f"{row['peak_rss_mb']:.0f}")
+        cells = [str(row["concurrency"]), f"{row['tokens_per_s']:.1f}", f"{row['responses_per_s']:.1f}",
+                 f"{row['active_mean']:.1f}", f"{row['response_length_mean']:.2f}", f"{row['time_s']:.3f}"]
+        if server is not None:
+            cells += [_ms(row["ttft_s_median"]), _ms(row["itl_s_median"])]
+        else:
+            cells.append(f"{row['peak_rss_mb']:.0f}")
+        table.add_row(*cells)
     Console(width=140).print(table)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
 
 
 def print_training_table(result: dict) -> None:
@@ -109,12 +127,29 @@ def print_training_table(result: dict) -> None:
 
 @profile_app.command("generation")
 def generation(
-    model: Annotated[str, typer.Option(help="tiny, smollm2-135m, or a local Hugging Face model directory")] = "tiny",
-    dtype: Annotated[str, typer.Option(help="float32 or bfloat16")] = "float32",
+    model: Annotated[Optional[str], typer.Option(help="tiny (default), smollm2-135m, or a local Hugging Face model "
+                                                      "directory; with --backend openai the name the server serves")
+                     ] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="float32 (default) or bfloat16; with --backend openai what the "
+                                                      "server computes in (recorded; the roofline needs it)")] = None,
     max_concurrency: Annotated[int, typer.Option(help="profile 1, 2, 4, ... up to this")] = 64,
     concurrency: Annotated[Optional[str], typer.Option(help="explicit comma list of levels (overrides "
                                                             "--max-concurrency)")] = None,
-    backend: Annotated[str, typer.Option(help="engine or hf")] = "engine",
+    backend: Annotated[str, typer.Option(help="engine, hf, or openai (any OpenAI-compatible server at "
+                                              "--base-url)")] = "engine",
+    base_url: Annotated[Optional[str], typer.Option(help="openai: the server, e.g. http://127.0.0.1:8000/v1")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="openai: the NAME of the environment variable holding "
+                                                            "the API key (never the key)")] = None,
+    endpoint: Annotated[str, typer.Option(help="openai: completions, chat, or auto (completions; chat where the "
+                                               "server lacks it)")] = "auto",
+    ignore_eos: Annotated[bool, typer.Option(help="openai: ask the server to ignore EOS so every response is "
+                                                  "--max-new-tokens long (refused: measured with EOS, and said)")
+                          ] = True,
+    connect_timeout_s: Annotated[float, typer.Option(help="openai: seconds to connect")] = 10.0,
+    read_timeout_s: Annotated[float, typer.Option(help="openai: the longest silence within a response, s")] = 60.0,
+    level_timeout_s: Annotated[float, typer.Option(help="openai: a whole level (warm-up and repeats), s")] = 600.0,
+    shape: Annotated[Optional[str], typer.Option(help="openai with --hardware: the served model's shape, a preset or "
+                                                      "config.json (default: --model where it names one)")] = None,
     samples_per_prompt: Annotated[int, typer.Option(help="G: responses per prompt, as a rollout draws them")] = 8,
     max_new_tokens: Annotated[int, typer.Option(help="cap on response length")] = 8,
     temperature: Annotated[float, typer.Option()] = 1.0,
@@ -122,20 +157,43 @@ def generation(
     repeats: Annotated[int, typer.Option(help="timed repeats per level (median reported)")] = 3,
     waves: Annotated[int, typer.Option(help="responses per level = waves * concurrency ...")] = 4,
     min_responses: Annotated[int, typer.Option(help="... but at least this many")] = 16,
-    threads: ThreadsOption = None,
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's); with --backend openai "
+                                                       "the server's, as you started it (recorded only)")] = None,
     device: DeviceOption = "auto",
     hardware: HardwareOption = None,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: JsonOption = False,
 ) -> None:
-    """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
+    """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee): of batchscale's
+    engine, HF generate, or any OpenAI-compatible server (--backend openai --base-url URL --model NAME)."""
     levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
-    set_threads(model, threads)
+    log = lambda message: typer.echo(message, err=True)  # noqa: E731
+    if backend == "openai":
+        from batchscale.profile.openai_server import ServerOptions, profile_server
+
+        if base_url is None or model is None:
+            raise UserError("--backend openai", "needs --base-url and --model (the name the server serves)",
+                            "pass e.g. --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-0.5B")
+        if device != "auto":
+            raise UserError("--device", "the server chooses its own device", "drop --device with --backend openai")
+        options = ServerOptions(base_url, model, api_key_env, endpoint, ignore_eos, connect_timeout_s,
+                                read_timeout_s, level_timeout_s, threads, dtype, shape)
+        result = profile_server(options, levels, samples_per_prompt, max_new_tokens, temperature, top_p, repeats,
+                                waves, min_responses, seed, log=log, hardware=hardware)
+        show(result, json_out, print_generation_table)
+        return
+    given = {"--base-url": base_url, "--api-key-env": api_key_env, "--shape": shape,
+             "--endpoint": None if endpoint == "auto" else endpoint, "--no-ignore-eos": None if ignore_eos else True}
+    for option, value in given.items():
+        if value is not None:
+            raise UserError(option, f"applies to --backend openai only, not {backend}",
+                            f"drop {option}, or pass --backend openai")
+    set_threads(model or "tiny", threads)
     from batchscale.profile.generation import profile_generation
 
-    result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
-                                top_p, repeats, waves, min_responses, seed, device,
-                                log=lambda message: typer.echo(message, err=True), hardware=hardware)
+    result = profile_generation(model or "tiny", dtype or "float32", levels, backend, samples_per_prompt,
+                                max_new_tokens, temperature, top_p, repeats, waves, min_responses, seed, device,
+                                log=log, hardware=hardware)
     show(result, json_out, print_generation_table)
 
 

@@ -93,14 +93,49 @@ def decode_weight_bytes(model, dtype) -> float:
     return float((params - (0 if tied else embed.numel())) * dtype.itemsize)
 
 
-def add_bandwidth(rows: list[dict], weight_bytes: float, hardware) -> dict:
-    """Each row's realized weight bandwidth and its fraction of the preset's; returns the `roofline` block."""
+def add_bandwidth(rows: list[dict], weight_bytes: float, hardware, steps_key: str = "decode_steps") -> dict:
+    """Each row's realized weight bandwidth and its fraction of the preset's; returns the `roofline` block.
+    `steps_key`: the row's decode steps (the engine's count; a server's estimate)."""
     for row in rows:
-        row["weight_bytes_per_s"] = (row["decode_steps"] or 0) * weight_bytes / row["time_s"]
+        row["weight_bytes_per_s"] = (row[steps_key] or 0) * weight_bytes / row["time_s"]
         row["bandwidth_fraction"] = row["weight_bytes_per_s"] / hardware.bandwidth_bytes_per_s
     at_1 = next((row["bandwidth_fraction"] for row in rows if row["concurrency"] == 1), None)
     return {"hardware": hardware.name, "bandwidth_bytes_per_s": hardware.bandwidth_bytes_per_s,
             "weight_bytes": weight_bytes, "bandwidth_fraction_at_1": at_1}
+
+
+def check_profile_values(repeats: int, waves: int, min_responses: int, samples_per_prompt: int, temperature: float,
+                         top_p: float, max_new_tokens: int) -> None:
+    """The workload's values, checked by the run config's own rules (sampling ranges) before any compute."""
+    from pydantic import ValidationError
+
+    from batchscale.config import SamplingConfig
+
+    for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
+                        ("samples_per_prompt", samples_per_prompt)):
+        if value < 1:
+            raise UserError(name, f"must be >= 1, got {value}", f"pass --{name.replace('_', '-')} 1 or more")
+    try:
+        SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    except ValidationError as e:
+        raise option_error(e) from None
+
+
+def option_error(error) -> UserError:
+    """A config ValidationError as the profile command's option."""
+    first = error.errors()[0]
+    option = "--" + "-".join(str(part) for part in first["loc"]).replace("_", "-")
+    return UserError(option, first["msg"], "see `batchscale profile generation --help`")
+
+
+def fit_knee(rows: list[dict], threshold: float) -> dict | None:
+    """The knee on (concurrency, tokens/s) as the profile stores it; None with fewer than 2 levels."""
+    from batchscale.systems.knee import fit_saturating_throughput
+
+    if len(rows) < 2:
+        return None
+    fit = fit_saturating_throughput([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], threshold)
+    return {"metric": "tokens_per_s", **fit.to_dict()}
 
 
 def engine_cap(engine) -> int:
@@ -117,24 +152,17 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
     import torch
     from pydantic import ValidationError
 
-    from batchscale.config import ModelConfig, RolloutConfig, SamplingConfig
+    from batchscale.config import ModelConfig, RolloutConfig
     from batchscale.rollout import build_engine
     from batchscale.rollout.base import SamplingParams
-    from batchscale.systems.knee import fit_saturating_throughput
     from batchscale.profile.options import device_hardware, named_hardware
 
-    for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
-                        ("samples_per_prompt", samples_per_prompt)):
-        if value < 1:
-            raise UserError(name, f"must be >= 1, got {value}", f"pass --{name.replace('_', '-')} 1 or more")
-    try:  # validate through the run config's own rules (backend names, dtype, sampling ranges)
+    check_profile_values(repeats, waves, min_responses, samples_per_prompt, temperature, top_p, max_new_tokens)
+    try:  # validate through the run config's own rules (backend names, dtype)
         model_cfg = ModelConfig(name=model, dtype=dtype)
         RolloutConfig(backend=backend)
-        SamplingConfig(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     except ValidationError as e:
-        error = e.errors()[0]
-        option = "--" + "-".join(str(part) for part in error["loc"]).replace("_", "-")
-        raise UserError(option, error["msg"], "see `batchscale profile generation --help`") from None
+        raise option_error(e) from None
     preset = named_hardware(hardware)
     policy, task, device = load_profiled_policy(model_cfg, device, log)
     preset = device_hardware(preset, device, log)
@@ -147,10 +175,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
         log(f"concurrency {level:>4}: {row['tokens_per_s']:9.1f} tok/s  {row['responses_per_s']:8.1f} resp/s  "
             f"active {row['active_mean']:.1f}  ({row['responses']} responses, median of {repeats})")
         rows.append(row)
-    knee = None
-    if len(rows) >= 2:
-        fit = fit_saturating_throughput([r["concurrency"] for r in rows], [r["tokens_per_s"] for r in rows], threshold)
-        knee = {"metric": "tokens_per_s", **fit.to_dict()}
+    knee = fit_knee(rows, threshold)
     decoder = getattr(engine, "decoder", None)  # the engine may compute in another dtype than the model's
     decode_dtype = decoder.dtype if decoder is not None else policy.model.dtype
     compute_dtype = str(decode_dtype).removeprefix("torch.")

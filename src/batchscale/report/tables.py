@@ -139,9 +139,10 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
     else:
         details = ", ".join(f"{k} {getattr(gen, k)}" for k in ("model", "dtype", "backend", "device", "threads",
                                                                 "repeats"))
-        notes.append(f"Generation profile ({shown_path(inputs.generation_profile_path, inputs.sweep_dir)}): "
-                     f"{len(gen.rows)} concurrency levels; "
-                     f"{details}. Each level: a warm-up call, then the median of timed repeats (device synchronized).")
+        shown = shown_path(inputs.generation_profile_path, inputs.sweep_dir)
+        notes.append(f"Generation profile ({shown}): {len(gen.rows)} concurrency levels; "
+                     f"{details}; measured on {gen.measured_on}. Each level: a warm-up call, then the median of timed "
+                     "repeats" + (" (device synchronized)." if gen.server is None else server_note(gen.server)))
     train = inputs.training_profile
     if train is not None:
         keys = ("model", "dtype", "device", "threads", "micro_batch_size", "repeats")
@@ -150,6 +151,13 @@ def profile_notes(inputs: ReportInputs) -> list[str]:
                      f"{len(train.rows)} batch sizes"
                      + (f"; {details}" if details else "") + ".")
     return notes
+
+
+def server_note(server) -> str:
+    """How a server's profile was measured (profile/openai_server.py), for the report's methods."""
+    return (f" (streamed requests; ignore_eos {server.ignore_eos}; tokens from {server.tokens_from}). The server's "
+            "knee also gives the generation side of q: each label's time/generate is the reference's carried by the "
+            "knee and the label's tokens per sample.")
 
 
 def machine_note(inputs: ReportInputs) -> str:

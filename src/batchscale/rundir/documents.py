@@ -168,6 +168,7 @@ class PlanRowDocument(Strict):
     decode_batch: int | None = None  # sequences decoding at once per replica (plan/memory.py)
     throughput_capped_at: int | None = None  # B_train decodes in waves of this many sequences
     stopped: str | None = None  # analysis.json's: why a racing sweep stopped the point (it cannot win)
+    generate_s_measured: float | None = None  # the runs' own time/generate, where a server's profile replaced it
 
 
 class PlanDocument(Document):
@@ -191,6 +192,8 @@ class PlanDocument(Document):
     target: float | None = None
     throughput_method: str
     generation_profile: str | None = None
+    generation_source: str | None = None  # where the profile's knee came from (GenerationProfile.measured_on)
+    generation_backend: str | None = None  # the profile's backend; "openai": a server's, which also gives q's generation
     memory: dict | None = None
     rows: list[PlanRowDocument]
 
@@ -232,6 +235,7 @@ class PredictionDocument(Document):
     reference: PredictionReference
     best: PredictedBest
     throughput_method: str
+    generation_source: str | None = None  # --generation-profile's GenerationProfile.measured_on
     rows: list[PredictedRow] = Field(min_length=1)
 
 
@@ -263,11 +267,20 @@ class GenerationRow(Strict):
     decode_steps: int | None
     response_length_mean: float
     response_length_max: int
-    peak_rss_mb: float
+    peak_rss_mb: float | None  # the profiling process's; None for a server (its memory is not ours to read)
     kv_cache_mb: float | None = None
     cuda_max_allocated_mb: float | None = None
     weight_bytes_per_s: float | None = None  # decode steps x the weights' bytes / time_s (with a hardware preset)
     bandwidth_fraction: float | None = None  # weight_bytes_per_s over the preset's HBM bandwidth
+    # a server's level (backend "openai"), over the reported repeat's responses:
+    ttft_s_median: float | None = None  # time to first token: request sent -> first chunk with text
+    ttft_s_p90: float | None = None
+    itl_s_median: float | None = None  # inter-token latency: (last text chunk - first) / (tokens - 1) per response
+    itl_s_p90: float | None = None
+    decoding_mean: float | None = None  # streams between their first and last token, time-weighted over the level
+    decode_steps_estimated: float | None = None  # tokens / sequences decoding together (a server counts no steps)
+    stopped_early: int | None = None  # responses that ended before max_new_tokens (finish_reason "stop")
+    client_cpu_s: float | None = None  # the profiler's own CPU seconds in the repeat (it may share the server's cores)
 
 
 class DecodeRoofline(Strict):
@@ -278,6 +291,29 @@ class DecodeRoofline(Strict):
     bandwidth_bytes_per_s: float
     weight_bytes: float  # what one decode step reads of the weights, in the decode dtype
     bandwidth_fraction_at_1: float | None  # None: concurrency 1 was not profiled
+    decode_steps: str = "counted by the engine"  # or how a server's were estimated
+    weights_from: str | None = None  # a server's: the model shape the weight bytes were counted from
+
+
+class ServerInfo(Strict):
+    """The OpenAI-compatible server a profile measured (backend "openai"), as it described itself. Every string is the
+    server's own, kept as data; `url` carries no credentials (userinfo and query dropped)."""
+
+    url: str
+    endpoint: Literal["completions", "chat"]  # /v1/completions or /v1/chat/completions
+    endpoint_note: str | None = None  # why chat, when completions was asked for by default and the server lacks it
+    model: str  # the id /v1/models listed for --model (or --model itself where the server lists none)
+    models_listed: list[str] | None  # /v1/models' ids; None: the server has no /v1/models
+    version: str | None  # where the server says: /version (vLLM), /get_server_info (SGLang), /info (TGI), /props
+    version_from: str | None  # the path (or header) the version came from
+    server_header: str | None  # the `server:` response header
+    ignore_eos: Literal["honoured", "refused", "ignored", "off"]  # asked for and held / refused / accepted but EOS
+    # still ended responses / not asked for (--no-ignore-eos)
+    ignore_eos_note: str | None = None  # the server's refusal, in its words (truncated)
+    stream_usage: bool  # stream_options.include_usage accepted (else refused, and tokens come from the chunks)
+    tokens_from: str  # "usage" (the server's count), "stream chunks" (one token per text chunk), or a mix
+    timeouts_s: dict[str, float]  # connect, read (gap between chunks), level (a whole level, repeats included)
+    api_key_env: str | None = None  # the environment variable the key came from (never the key)
 
 
 class GenerationProfile(Document):
@@ -286,10 +322,10 @@ class GenerationProfile(Document):
     model: str
     dtype: str
     compute_dtype: str
-    backend: str
+    backend: str  # engine, hf, or openai (a server: `server` says which)
     device: str
-    threads: int
-    params: int
+    threads: int | None  # a server's: as the user said it was started (--threads), else None
+    params: int | None  # a server's: from the model shape (--shape), else None
     task: str
     samples_per_prompt: int
     sampling: dict[str, int | float]  # temperature, top_p, max_new_tokens
@@ -297,6 +333,20 @@ class GenerationProfile(Document):
     rows: list[GenerationRow] = Field(min_length=1)
     knee: SaturatingKnee | None
     roofline: DecodeRoofline | None = None  # with --hardware (a CUDA device's detected preset by default)
+    server: ServerInfo | None = None  # backend "openai": the server measured
+
+    @property
+    def measured_on(self) -> str:
+        """Where the knee came from, in words: "the openai server at URL (model M, vLLM 0.32.0, /v1/completions)"
+        or "batchscale's engine on cpu (tiny, float32)"."""
+        if self.server is None:
+            what = {"engine": "batchscale's engine", "hf": "Hugging Face generate"}.get(self.backend, self.backend)
+            return f"{what} on {self.device} ({self.model}, {self.dtype})"
+        server = self.server
+        version = f", version {server.version}" if server.version else (
+            f", server {server.server_header}" if server.server_header else "")
+        return (f"the {self.backend} server at {server.url} (model {server.model}{version}, "
+                f"/v1/{'chat/' if server.endpoint == 'chat' else ''}completions)")
 
     @property
     def critical_generation_batch(self) -> float | None:

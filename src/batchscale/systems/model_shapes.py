@@ -59,6 +59,12 @@ class ModelShape:
         heads = 1 if self.tied_embeddings else 2
         return self.num_layers * self.layer_params + heads * self.embedding_params
 
+    @property
+    def decode_weight_params(self) -> int:
+        """Weights one decode step reads: every block and the LM head; the input embedding is a lookup of a few rows
+        (counted once, as the LM head, when the two are tied)."""
+        return self.params - (0 if self.tied_embeddings else self.embedding_params)
+
     def to_dict(self) -> dict:
         return {**asdict(self), "params": self.params}
 
