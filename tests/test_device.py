@@ -102,14 +102,23 @@ def test_auto_is_the_cpu_without_cuda(monkeypatch):
     assert resolve_device("auto") == torch.device("cpu") and resolve_device("cpu") == torch.device("cpu")
 
 
+def toml_value(value) -> str:
+    """A dumped config value as an override's TOML ("" for None, the default, which TOML cannot spell): JSON scalars
+    and lists are TOML already; a table is written inline without its None fields, "" when it has no other."""
+    if isinstance(value, dict):
+        fields = [f"{k} = {toml_value(v)}" for k, v in value.items() if v is not None]
+        return "{" + ", ".join(fields) + "}" if fields else ""
+    return "" if value is None else json.dumps(value)
+
+
 def test_device_cpu_gives_the_same_records_as_the_default(random_model_dir, tmp_path, monkeypatch):
     """`batchscale train --set run.device=cpu` against the default (docs/LOG.md, issue 19: also against the commit
     before run.device existed)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # "auto" is the CPU here, as on every CI machine
     train(small_config(random_model_dir), tmp_path / "auto", log=quiet)
     overrides = [item for section, fields in small_config(random_model_dir).model_dump(mode="json").items()
-                 for key, value in fields.items() if value is not None  # None: the default, and not TOML
-                 for item in ("--set", f"{section}.{key}={json.dumps(value)}")]  # JSON scalars and lists are TOML
+                 for key, value in fields.items() if toml_value(value)  # None: the default, not spelled in TOML
+                 for item in ("--set", f"{section}.{key}={toml_value(value)}")]
     assert main(["train", "--out", str(tmp_path / "cpu"), *overrides, "--set", "run.device=cpu"]) == 0
     assert strip_timing(read_records(tmp_path / "cpu")) == strip_timing(read_records(tmp_path / "auto"))
     assert json.loads((tmp_path / "cpu" / "summary.json").read_text())["machine"]["device"] == "cpu"
