@@ -142,3 +142,12 @@ def test_import_console_benchmark_runs():
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
     assert [r["steps"] > 0 for r in rows] == [True, True] and rows[1]["size_mb"] > rows[0]["size_mb"]
+
+
+def test_race_error_rate_benchmark_runs(tmp_path):
+    out = tmp_path / "rates.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "race_error_rates.py"), "--sweeps", "5", "--only",
+                           "near tie", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["condition"] == "near tie" and row["sweeps"] == 5 and 0 <= row["missed"] <= 1
