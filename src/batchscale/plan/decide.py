@@ -16,8 +16,10 @@ Departures and choices the paper leaves open:
 - A configuration is *censored* when no seed reached the target (N* unknown) and *partly censored* when some seeds did not
   (N* is then the mean over the seeds that did, a lower bound). Neither can be named best: a lower bound on N* flatters
   exactly the large batches whose curves stop aligning. Neither is disqualified either: its censored seeds bound its T
-  from below, and resolve.py rules it out only when the best beats even that bound. So is a point a racing sweep
-  stopped because it could no longer win (`extra["stopped"]`, from analysis.json).
+  from below, and resolve.py rules it out only when the best beats even that bound. A point a racing sweep stopped
+  because it could no longer win (`extra["stopped"]`, from analysis.json) is read by its seeds: censored where the
+  stop cut them short, and compared like any other where they all reached the target before it (the stop then only
+  denied it more seeds).
 - Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
   samples_per_step (less memory, nearer the aligned range), then the earlier row.
 - The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
@@ -118,7 +120,7 @@ def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
         time_to_target_s=time_s,
         normalized_time_to_target=r_n / gain,
         score=gain / r_n if r_n > 0 else None,
-        eligible=m.feasible and m.censoring == "reached" and not m.extra.get("stopped"),
+        eligible=m.feasible and m.censoring == "reached",  # a stopped point whose every seed reached is measured
     )
 
 
