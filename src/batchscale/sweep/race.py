@@ -10,8 +10,10 @@ an executor; tests/test_race.py on simulated sweeps with a known truth).
    reference's N* and q, each seed's budget is sized (sweep.race_rule.Budget: at least twice what it needs to beat
    the reference at its own throughput), so a budget can only censor a point that could not have won. If the
    reference's first seeds all miss the target, no decision can be formed and the race ends.
-3. Every point starts with `initial_seeds` seeds, point after point (the reference first, then by batch size, the
-   sweep file's order among equals), so the pooled seed spread and the leader's bound form early. A seed stops at its
+3. Every point starts with `initial_seeds` seeds, breadth first: the first seed of every point (the reference first,
+   then by batch size, the sweep file's order among equals), then the second of each once its first has finished, so
+   every point runs early under a time budget and a second seed's stop rule knows the first (a point is stopped only
+   on two seeds: with one its own spread is unknown). A seed stops at its
    first eval at or above the target (its N* is read there), when its point cannot win (sweep.race_rule), or at its
    budget, checked in the worker at every eval against the leader known when it started; after every finished seed
    the cannot-win rule is applied to every point, and a point that cannot win gets no more seeds. The reference is
@@ -147,9 +149,13 @@ class Race:
             if not any(label == self.reference for label, _ in self.running):
                 self.ended = "the reference's first seeds did not reach the target: no decision can be formed"
             return None
-        for point in self._order():
-            if (job := self._first_seed_of(point.label, stop=True)) is not None:
-                return self._launch(job, elapsed_s)
+        for round_ in range(1, self.settings.initial_seeds + 1):  # breadth first: every point's first seed, then ...
+            for point in self._order():
+                if len(self.results[point.label]) >= round_ - 1 and \
+                        (job := self._first_seed_of(point.label, stop=True, up_to=round_)) is not None:
+                    return self._launch(job, elapsed_s)  # ... each next seed once the one before has finished
+        if any(self._first_seed_of(p.label, stop=False) is not None for p in self.points):
+            return None  # a point's next first seed waits for its previous one (its stop rule then has a prior)
         if self.extra:  # this round's seeds for the contenders, one each
             return self._launch(self._job(self.extra.pop(0)), elapsed_s)
         if self.running:
@@ -173,11 +179,12 @@ class Race:
         the smaller ones have formed."""
         return sorted(self.points, key=lambda p: (p.label != self.reference, p.samples_per_step))
 
-    def _first_seed_of(self, label: str, stop: bool) -> Job | None:
+    def _first_seed_of(self, label: str, stop: bool, up_to: int | None = None) -> Job | None:
+        """The point's next seed among its first `up_to` (default: all `initial_seeds`), or None."""
         if label in self.stopped or label in self.failed:
             return None
         taken = len(self.results[label]) + sum(1 for lab, _ in self.running if lab == label)
-        if taken >= self.settings.initial_seeds:
+        if taken >= min(up_to or self.settings.initial_seeds, self.settings.initial_seeds):
             return None
         return self._job(label, stop)
 
