@@ -140,13 +140,13 @@ def test_spreading_a_configurations_seeds_never_narrows_its_comparisons():
             assert b.difference == pytest.approx(a.difference) and b.high - b.low >= a.high - a.low - 1e-12
 
 
-@pytest.mark.parametrize("seeds, spread, low, high", [(2, 1.0, 0.95, 0.99), (3, 1.0, 0.95, 0.99),
-                                                      (2, 4.0, 0.93, 0.98), (3, 4.0, 0.93, 0.98)])
+@pytest.mark.parametrize("seeds, spread, low, high", [(2, 1.0, 0.95, 0.995), (3, 1.0, 0.95, 0.995),
+                                                      (2, 4.0, 0.94, 0.985), (3, 4.0, 0.94, 0.985)])
 def test_the_interval_on_the_log_time_ratio_covers_at_its_level(seeds, spread, low, high):
     """Four configurations, every seed's ln N* with sd 0.1 (one of the compared pair's 4x: `spread`) and its run's ln q
     with sd 0.1 (run-level load): the 95% interval on ln T_a - ln T_b holds the true difference in 2,000 simulated
-    sweeps (binomial sd 0.5%) at least as often as stated: 97-98% with a common spread (the floors are conservative),
-    94-95% when one of the two scatters 4x (measured with 4,000: docs/LOG.md)."""
+    sweeps (binomial sd 0.5%) at least as often as stated: 98-99% with a common spread (the floors are conservative),
+    95-96.5% when one of the two scatters 4x (measured with 4,000: docs/LOG.md)."""
     rng = np.random.default_rng(seeds)
     mu, sd = np.array([0.0, -0.1, -0.2, 0.05]), np.array([0.1, 0.1 * spread, 0.1, 0.1])
     covered = 0

@@ -12,7 +12,7 @@ among those whose every seed reached the target):
 
 t the (1 + confidence)/2 quantile of Student's t at the pooled df (each bound one-sided at 99.5% for the race's
 confidence 0.99: a stop only saves compute, and a wrong one loses the answer), v the per-seed variance
-max(median-unbiased own, pooled, eval-grid resolution). Both need 2 seeds (the running one counts): with one, a
+max(scaled own, pooled, eval-grid resolution). Both need 2 seeds (the running one counts): with one, a
 point's own spread is unknown. The point is stopped, "cannot win", once low_p > high_b. Run-level throughput scatter
 (another process on the machine for a whole run) is in y_s, so in the pooled variance: the bounds carry it, which
 per-step draws of q did not.
@@ -29,8 +29,8 @@ reference) unless the seeds scatter widely; then the plan says the budget cut th
 (plan/resolve.py). Its run's configured budget is the cap max(floor, BUDGET_MARGIN x N*_ref x max(1, B_p / B_ref)):
 throughput cannot grow faster than the batch (a step cannot take less time at a larger batch).
 
-Assumptions and error: as plan/log_time.py (a common seed spread; the median-unbiased own variance for points that
-scatter more). The rule wrongly stops the true winner w only if w's lower bound lies above its true mean ln T, or the
+Assumptions and error: as plan/log_time.py (a common seed spread; the scaled own variance for points that scatter
+more). The rule wrongly stops the true winner w only if w's lower bound lies above its true mean ln T, or the
 leader's upper bound below the leader's (which is at least w's): each has probability <= 0.5% at one check. The rule
 is checked at every eval of every seed, and the answer is the plan's at the end (a stopped point is ruled out there
 only if the best beats its bound); tests/test_race.py measures the error of the final answer (the true winner missing
