@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test test-avx2 install clean
+.PHONY: demo test test-avx2 install clean gpu-wheels gpu-rehearsal
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,14 @@ test: install
 test-avx2: install
 	BATCHSCALE_CPU_CAPABILITY=avx2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest tests/test_rollout_fused_f32.py \
 		tests/test_rollout_weights.py tests/test_rollout_sampling_native.py tests/test_rollout_engine.py
+
+# The GPU check (benchmarks/gpu_check.sh, README "On a GPU"): the wheels the lent machine lacks, for its Python 3.12,
+# into the ignored .whl/ that travels with the tree; and the check rehearsed here in an imitation of that machine.
+gpu-wheels: install
+	$(PY) benchmarks/gpu_wheels.py
+
+gpu-rehearsal: install
+	$(PY) benchmarks/gpu_rehearsal.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

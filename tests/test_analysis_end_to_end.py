@@ -172,16 +172,23 @@ def test_rn_predicted_from_the_reference_runs_noise_scale(analysed):
     b_noise = prediction["b_noise"]["value"]
     assert b_noise == pytest.approx(NOISE_SCALE, rel=0.02)
     assert prediction["b_noise"]["low"] < b_noise < prediction["b_noise"]["high"]
+    def formula(config):
+        return (1 + config["samples_per_update"] / b_noise) / (1 + 64 / b_noise)
+
     for label, config in configs.items():
-        assert config["r_n_predicted"] == (1 + config["samples_per_update"] / b_noise) / (1 + 64 / b_noise), label
-        if config["lr_rule"] == "sqrt":  # the mistuned fixed-LR control is what B_noise cannot foresee
+        if config["lr_rule"] == "sqrt":
+            assert config["r_n_predicted"] == formula(config), label
             assert config["r_n"] == pytest.approx(config["r_n_predicted"], rel=0.2), label
-    assert configs["p16_g8_fixed"]["r_n"] > 1.3 * configs["p16_g8_fixed"]["r_n_predicted"]
+        else:  # the reference's lr family only (issue 38): the formula does not speak for the fixed-LR control
+            assert config["r_n_predicted"] is None, label
+    assert prediction["lr_rule"] == "sqrt" and prediction["other_rule_labels"] == ["p16_g8_fixed"]
+    assert configs["p16_g8_fixed"]["r_n"] > 1.3 * formula(configs["p16_g8_fixed"])  # what B_noise cannot foresee
     # one run of the reference out of 6 labels x 3 seeds, each step timed 1 s in the synthetic runs
     steps = {label: 16384 // config["samples_per_step"] for label, config in configs.items()}
     assert prediction["prediction_compute_s"] == steps["p8_g8_sqrt"]
     assert prediction["compute_fraction"] == pytest.approx(steps["p8_g8_sqrt"] / (3 * sum(steps.values())))
-    assert "## Predicted from one run" in (out_dir / "report.md").read_text()
+    report = (out_dir / "report.md").read_text()
+    assert "## Predicted from one run" in report and "Not predicted, not ranked: p16_g8_fixed" in report
 
 
 def test_no_noise_scale_logged_means_no_prediction(tmp_path):

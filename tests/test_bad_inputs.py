@@ -428,8 +428,8 @@ CASES = [
                             "--prompts-per-step", "4", "--samples-per-prompt", "2"], 2,
      "non-empty directory without a run"),
     # --- export --------------------------------------------------------------------------------------------------
-    ("export-format-unknown", ["export", "slurm", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}"], 2,
-     "unknown format 'slurm'"),
+    ("export-format-unknown", ["export", "kubernetes", "{w}/sweep_ok.toml", "--out", "{w}/out/{id}"], 2,
+     "unknown format 'kubernetes'"),
     ("export-sweep-missing", ["export", "verl", "{w}/nope.toml", "--out", "{w}/out/{id}"], 2, "no config file"),
     ("export-sweep-malformed", ["export", "verl", "{w}/sweep_set_int.toml", "--out", "{w}/out/{id}"], 2,
      "set: must be a table"),

@@ -32,7 +32,7 @@ def project_folder(path: Path, *batchscale_names: str) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, random_model_dir):
     from batchscale.analysis.synthetic import write_synthetic_run, write_synthetic_sweep
-    from batchscale.rundir.ownership import MARKER_FILE
+    from batchscale.rundir.ownership import MARKER_FILE, mark_directory
 
     w = tmp_path_factory.mktemp("hostile2")
     (w / "out").mkdir()
@@ -59,7 +59,7 @@ def world(tmp_path_factory, random_model_dir):
     write_synthetic_run(w / "run_with_notes", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
     (w / "run_with_notes" / "notes.txt").write_text("mine\n")
     write_synthetic_run(w / "run_marked_export", "p4_g8_sqrt", 0, 4, 8, "sqrt", 1e-6)
-    (w / "run_marked_export" / MARKER_FILE).write_text('{"kind": "export"}')
+    mark_directory(w / "run_marked_export", "export")  # batchscale's own marker of another kind (a hand-written one is none)
     project_folder(w / "marker_link", "run.json", "metrics.jsonl")
     (w / "marker_link" / MARKER_FILE).symlink_to(w / "run" / MARKER_FILE)
     project_folder(w / "marker_garbage", "run.json", "metrics.jsonl")
@@ -79,7 +79,7 @@ def world(tmp_path_factory, random_model_dir):
     foreign_point = w / "sweep_foreign_point" / "runs" / "grpo-P2-G2-sqrt__s0"  # the user's folder where a point goes
     foreign_point.mkdir(parents=True)
     (foreign_point / "notes.txt").write_text("mine\n")
-    (w / "sweep_foreign_point" / MARKER_FILE).write_text('{"kind": "sweep"}')
+    mark_directory(w / "sweep_foreign_point", "sweep")
     # model configs whose heads do not split evenly
     shape = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 128,
              "vocab_size": 100, "max_position_embeddings": 64}

@@ -8,14 +8,17 @@ With prompt groups, the G samples of a group share a latent part of x, so only w
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from batchscale.policy.sequences import SequenceBatch
-from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, predict_samples_penalty,
-                                            summarize_noise_scale)
-from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, estimate_weighted_noise_terms,
+                                            predict_samples_penalty, summarize_noise_scale)
+from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.micro_batches import iter_gradient_chunks
 
 DIM, NOISE_SD = 10, 1.0
 TRUE_GRAD_SQ = 1.0  # |delta|^2
@@ -33,10 +36,14 @@ def regression_step(model, generator, rows, micro_batch_size, group=1, group_sha
     latent = torch.randn(rows // group, DIM, generator=generator).repeat_interleave(group, dim=0)  # (N, d)
     x = (group_share ** 0.5) * latent + ((1 - group_share) ** 0.5) * torch.randn(rows, DIM, generator=generator)
     y = x @ model.target + NOISE_SD * torch.randn(rows, generator=generator)  # (N,)
-    for mb in iter_chunked_micro_batches(flat_batch(rows), micro_batch_size, group, True, "sequence-mean",
-                                         chunk_norms):
-        loss = 0.5 * ((model(x[mb]).squeeze(-1) - y[mb]) ** 2).sum() / rows  # the micro-batch's share of the mean
-        loss.backward()
+    for chunk in iter_gradient_chunks(flat_batch(rows), micro_batch_size, group):  # as train.update runs them
+        chunk_rows = torch.cat(chunk)
+        # sequence-mean: the chunk's share of the loss weights is its rows / all rows
+        share = torch.tensor(len(chunk_rows) / rows)
+        with chunk_norms.chunk(share) if chunk_norms else contextlib.nullcontext():
+            for mb in chunk:
+                loss = 0.5 * ((model(x[mb]).squeeze(-1) - y[mb]) ** 2).sum() / rows  # the micro-batch's share
+                loss.backward()
     return torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
 
 
@@ -119,11 +126,28 @@ def test_estimator_arithmetic():
     assert grad_sq == pytest.approx((8 * 2.5 - 4 * 4.0) / 4)
     assert trace_sigma == pytest.approx((4.0 - 2.5) / (1 / 4 - 1 / 8))
     assert estimate_noise_terms([3.0], [8], 3.0, 8) is None
-    # unequal chunks: b is their harmonic mean, so E|g_b|^2 = |G|^2 + tr(Sigma)/b holds exactly for this input
+    # unequal chunks of equal-weight samples: E|g_b|^2 = |G|^2 + tr(Sigma)/b holds exactly for this input
     g2, tr = 1.0, 20.0
     sizes = [8, 8, 16]
     chunk_sq = [g2 + tr / b for b in sizes]
     assert estimate_noise_terms(chunk_sq, sizes, g2 + tr / 32, 32) == pytest.approx((g2, tr))
+
+
+@pytest.mark.parametrize("shares", [(0.5, 0.5), (2 / 3, 1 / 3), (0.2, 0.3, 0.5)])
+def test_weighted_estimator_is_exact_in_expectation_whatever_each_chunks_noise(shares):
+    """Chunks holding shares W_k of the loss weights, with noises V_k of their increments that follow neither W_k
+    nor the Kish size (long groups less noisy per token): fed E|d_k|^2 = W_k^2 |G|^2 + V_k and E|g_B|^2 = |G|^2 +
+    sum V_k, the estimator returns |G|^2 and tr(Sigma) = N sum V_k exactly (telemetry.gradnoise, departure 2)."""
+    g2, samples = 1.5, 48
+    noises = [0.7, 0.2, 1.1][:len(shares)]  # V_k
+    chunk_grad_sq = [(w * w * g2 + v) / w ** 2 for w, v in zip(shares, noises)]  # |g_k|^2 = |d_k|^2 / W_k^2
+    batch_sq = g2 + sum(noises)
+    assert estimate_weighted_noise_terms(chunk_grad_sq, list(shares), batch_sq, samples) == pytest.approx(
+        (g2, samples * sum(noises)))
+    scaled = [3.0 * w for w in shares]  # the shares' scale does not matter
+    assert estimate_weighted_noise_terms(chunk_grad_sq, scaled, batch_sq, samples) == pytest.approx(
+        (g2, samples * sum(noises)))
+    assert estimate_weighted_noise_terms(chunk_grad_sq, [0.0] + list(shares[1:]), batch_sq, samples) is None
 
 
 def test_ema_ratio_and_its_gaps():

@@ -103,7 +103,8 @@ def test_trainer_state_errors(tmp_path):
     with pytest.raises(UserError, match="no usable records"):
         import_log("trl", state, tmp_path / "run", prompts_per_step=P, samples_per_prompt=G)
     state.write_text(json.dumps({"log_history": [{"step": 1, "reward": 0.2}]}))
-    with pytest.raises(UserError, match="--prompts-per-step P --samples-per-prompt G"):
+    with pytest.raises(UserError, match=r"P unknown; known: G = 8 from --samples-per-prompt\. Fix: pass "
+                                        r"--prompts-per-step P \(trl: P = per_device_train_batch_size"):
         import_log("trl", state, tmp_path / "run", samples_per_prompt=G)
     assert not (tmp_path / "run").exists()
 

@@ -51,6 +51,10 @@ def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
         assert row["throughput_gain"] == pytest.approx(1.0)  # no profile: constant samples/s
         assert row["time_to_target_normalized"] == pytest.approx(row["r_n_predicted"])
     assert doc["best"] == {"samples_per_step": 32, "low": 32, "high": 32}  # no speed-up: the smallest batch wins
+    assert doc["lr_rule"] == "sqrt"  # every candidate is a point of the run's lr family (issue 38)
+    code, out, _ = run_predict(capsys, run_dir)
+    assert "LR family: each batch at the run's lr rule (sqrt)" in " ".join(out.split())
+    assert "a batch at a fixed LR (or another rule) is not a point this prediction speaks for" in " ".join(out.split())
 
 
 def test_predict_with_profiles_follows_each_phase_model(run_dir, tmp_path, capsys):

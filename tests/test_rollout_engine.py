@@ -70,6 +70,21 @@ def test_greedy_equals_hf_generate(which, prompts, request):
     assert got.texts == expected.texts
 
 
+def test_hf_counts_decode_steps_as_the_engine_does(random_policy, prompts):
+    """The first token of every response comes from the prefill forward: a static batch whose longest response has L
+    tokens ran L - 1 decode steps, and with every prompt in flight at once the engine runs exactly as many (the decode
+    bandwidth of `profile generation` multiplies weight bytes by this count)."""
+    params = SamplingParams(max_new_tokens=7, greedy=True)
+    hf = build_engine("hf", random_policy).generate(prompts, params)
+    engine = build_engine("engine", random_policy, max_concurrency=len(prompts)).generate(prompts, params)
+    lengths = [len(r) for r in hf.response_ids]
+    assert hf.stats["decode_steps"] == max(lengths) - 1 == engine.stats["decode_steps"]
+    assert hf.stats["prefill_steps"] == 1
+    decoded = [sum(1 for n in lengths if n > s) for s in range(1, max(lengths))]  # rows producing token s
+    assert hf.stats["active_mean"] == pytest.approx(sum(decoded) / len(decoded))
+    assert hf.stats["active_mean"] == pytest.approx(engine.stats["active_mean"])
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_logprobs_match_training_forward(random_policy, prompts, greedy):
     torch.manual_seed(0)
@@ -178,3 +193,33 @@ def test_a_stream_forgets_its_held_prompts_when_the_weights_change(random_policy
     while schedule.in_flight:
         schedule.iterate()
     assert schedule.prefilled == (2 if new_version else 1)
+
+
+def test_a_long_stream_keeps_only_what_is_in_flight(random_policy, prompts):
+    """The asynchronous generator's stream runs as long as the run: after many groups, each released when it ends, it
+    holds no sequence and no per-iteration history, and each group sampled what one synchronous generate call of its
+    prompts samples (issue 40: it kept every uniform, token list and step statistic it ever had)."""
+    from batchscale.rollout.streaming import StreamingSchedule
+
+    engine = build_engine("engine", random_policy, max_concurrency=2)
+    engine.decoder.sync()
+    tok, params = random_policy.tokenizer, SamplingParams(max_new_tokens=4)
+    schedule = StreamingSchedule(engine.decoder, params, tok.eos_token_id, tok.pad_token_id or 0, cap=2)
+    live, groups = [], 40
+    for g in range(groups):
+        ids = [list(tok([prompts[g % len(prompts)]])["input_ids"][0])] * 2
+        torch.manual_seed(g)
+        seqs = list(schedule.extend(ids))
+        while schedule.in_flight:
+            schedule.iterate()
+            live.append(len(schedule.streams))
+        streams = schedule.release(seqs)
+        if g < 3:  # the synchronous engine on the same prompts and seed
+            torch.manual_seed(g)
+            sync = engine.generate([prompts[g % len(prompts)]] * 2, params)
+            assert [s.responses for s in streams] == sync.response_ids
+            assert [s.logprobs for s in streams] == sync.logprobs
+    assert schedule.streams == {} and max(live) <= 2
+    assert not (schedule.queued_per_step or schedule.prefill_batches or schedule.active_per_step
+                or schedule.tokens_per_step)
+    assert schedule.queue_end == 2 * groups

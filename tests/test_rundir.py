@@ -10,7 +10,7 @@ from batchscale.analysis.synthetic import write_synthetic_run
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import (AnalysisDocument, GenerationProfile, RunDescriptor, RunLog, check_out_dir,
                                read_document, read_run, summarize_run, write_document, write_run)
-from batchscale.rundir.run import METRICS_FILE, SUMMARY_FILE
+from batchscale.rundir.run import METRICS_FILE, SUMMARY_FILE, parse_run_dir_name, run_dir_name
 
 DESCRIPTOR = RunDescriptor(label="grpo-P4-G2", seed=3, algorithm="grpo", prompts_per_step=4, samples_per_prompt=2,
                            samples_per_step=8, samples_per_update=8, lr=1e-4, lr_rule="sqrt", max_concurrency=16,
@@ -34,6 +34,13 @@ def stream_run(run_dir, records=RECORDS, finish=True):
     else:
         log.close()
     return run_dir
+
+
+def test_a_run_directory_name_reads_back_as_its_label_and_seed():
+    assert run_dir_name("grpo-P8-G8-sqrt-async-k2", 3) == "grpo-P8-G8-sqrt-async-k2__s3"
+    assert parse_run_dir_name(run_dir_name("grpo-P8-G8-sqrt-async-k2", 3)) == ("grpo-P8-G8-sqrt-async-k2", 3)
+    assert parse_run_dir_name(run_dir_name("a_s_b", 0)) == ("a_s_b", 0)
+    assert [parse_run_dir_name(name) for name in ("custom", "a__sx", "a__s", "__s1", "a__s1b")] == [None] * 5
 
 
 def test_streamed_and_staged_runs_read_back_equal(tmp_path):
@@ -191,3 +198,34 @@ def test_documents_round_trip_and_name_the_bad_key(tmp_path):
     (tmp_path / "newer.json").write_text(json.dumps({**document.to_json(), "schema_version": 7}))
     with pytest.raises(UserError, match="newer than this batchscale"):
         read_document(tmp_path / "newer.json", AnalysisDocument)
+
+
+def test_capped_lines_keep_a_line_at_the_cap_and_refuse_one_past_it(tmp_path):
+    from batchscale.files import TooLarge, iter_lines_capped
+
+    path = tmp_path / "lines"
+    path.write_bytes(b"x" * 8 + b"\n" + b"yy\n" + b"torn")
+    assert [(i, o, line, ended) for i, o, line, ended in iter_lines_capped(path, 100, 8)] == [
+        (0, 0, b"x" * 8, True), (1, 9, b"yy", True), (2, 12, b"torn", False)]
+    with pytest.raises(TooLarge, match="line 1 is longer than the 7 bytes"):
+        list(iter_lines_capped(path, 100, 7))
+    with pytest.raises(TooLarge, match="holds 16 bytes, more than the 15"):
+        list(iter_lines_capped(path, 15, 8))
+
+
+def test_os_error_of_finds_the_errno_inside_a_library_error():
+    import errno
+
+    from batchscale.files import os_error_of
+
+    rust = type("SafetensorError", (Exception,), {})("Error while serializing: I/O error: No space left on device "
+                                                      "(os error 28)")
+    assert os_error_of(rust).errno == errno.ENOSPC
+    try:
+        try:
+            raise OSError(errno.EDQUOT, "quota")
+        except OSError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert os_error_of(outer).errno == errno.EDQUOT
+    assert os_error_of(ValueError("no errno here")) is None

@@ -283,16 +283,18 @@ def test_a_resumed_runs_trackers_hold_each_record_once(resumed):
         client = mlflow_client(out.parent)
         run_id = tracker_ids(out)["mlflow"]["run_id"]
         assert run_id != before["mlflow"]["run_id"]
-        assert client.get_run(before["mlflow"]["run_id"]).info.lifecycle_stage == "deleted"
+        old = client.get_run(before["mlflow"]["run_id"])  # never deleted: ended, pointing at its successor
+        assert old.info.lifecycle_stage == "active" and old.info.status == "KILLED"
+        assert old.data.tags["batchscale.superseded_by"] == run_id
         experiment = client.get_experiment_by_name("batchscale")
         assert [r.info.run_id for r in client.search_runs([experiment.experiment_id], run_view_type=ViewType.ACTIVE_ONLY)
-                if r.info.run_name == name] == [run_id]
+                if r.info.run_name == name and "batchscale.superseded_by" not in r.data.tags] == [run_id]
         assert read_mlflow(client, run_id, expected) == {k: sorted(v) for k, v in expected.items()}
     if "trackio" in INSTALLED:
         import trackio
 
         run_id = tracker_ids(out)["trackio"]["run_id"]
-        assert [run.id for run in trackio.Api().runs("batchscale") if run.name == name] == [run_id]
+        assert run_id in [run.id for run in trackio.Api().runs("batchscale") if run.name == name]  # the old one stays
         metrics, tables = read_trackio("batchscale", run_id)
         assert [m["samples"] for m in metrics] == [r["samples"] for r in records]
         assert tables == samples_rows(out)

@@ -1,7 +1,9 @@
-"""batchscale.integrations.trl without TRL: the callback's estimate on micro-batches of known gradients (each loss is
-linear in the parameters, so every increment is known exactly), under TRL's two loss scalings and a clip; its log keys
-and EMA; what it refuses; and that `import batchscale` still loads neither torch nor transformers. The run with the real
-GRPOTrainer is tests/test_trl_grpo.py."""
+"""batchscale.integrations.trl without TRL: the callback, made without a trainer and bound on on_train_begin, in a
+stand-in for GRPOTrainer's step (tests/trl_standin.py: TRL 1.13's loss scalings and the model call, transformers'
+event order). Its estimate equals the estimator on the micro-batches' own mean gradients, computed here independently,
+with a hard clip in the way; the log entries (trainer_state's log_history) carry the keys; the training is unchanged;
+a gradient changed behind its back stops it; what it refuses; and `import batchscale` still loads neither torch nor
+transformers. Two processes under DDP: tests/test_trl_ddp.py; the real GRPOTrainer: tests/test_trl_grpo.py."""
 
 from __future__ import annotations
 
@@ -11,148 +13,140 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from transformers import TrainerControl, TrainerState
 
 from batchscale.errors import UserError
 from batchscale.integrations.trl import GradientNoiseCallback, step_noise_terms
 from batchscale.telemetry.gradnoise import NoiseScaleEMA, estimate_noise_terms
+from trl_standin import (TinyLM, log, make_micro_batches, own_mean_gradient, run_step, trainer_args,
+                         trl_loss)
 
 GNS = ("gns/grad_sq", "gns/trace_sigma")
 
 
-class FakeTrainer:
-    """What the callback touches of a GRPOTrainer: args, loss_type, model, compute_loss and log. A micro-batch's loss
-    is <u, theta> / normalizer, so its gradient is u / normalizer exactly."""
-
-    def __init__(self, loss_type="dapo", accumulation=2, **overrides):
-        torch.manual_seed(0)
-        self.model = torch.nn.Linear(3, 2, dtype=torch.float64)
-        self.loss_type = loss_type
-        self.args = SimpleNamespace(gradient_accumulation_steps=accumulation, world_size=1, n_gpu=1, deepspeed=None,
-                                    fsdp="", fp16=False, **overrides)
-        self.logged: list[dict] = []
-
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def compute_loss(self, model, inputs, num_items_in_batch=None):
-        theta = torch.cat([p.reshape(-1) for p in model.parameters()])
-        return (inputs["u"] * theta).sum() / inputs["normalizer"]
-
-    def log(self, logs, start_time=None):
-        self.logged.append(dict(logs))
+def begin(args, model) -> GradientNoiseCallback:
+    callback = GradientNoiseCallback()  # no trainer: bound to what on_train_begin hands over
+    callback.on_train_begin(args, TrainerState(), TrainerControl(), model=model, optimizer=None, lr_scheduler=None)
+    return callback
 
 
-def micro_batches(trainer, rows: list[int], tokens: list[int], rng) -> list[dict]:
-    """One step's micro-batch inputs under TRL's scaling of `trainer.loss_type` (one process, S = K)."""
-    size = sum(p.numel() for p in trainer.parameters())
-    total = sum(tokens)
-    batches = []
-    for b, t in zip(rows, tokens):
-        mask = torch.zeros(b, 5)
-        mask.view(-1)[:t] = 1  # t loss tokens over b completions
-        normalizer = total if trainer.loss_type == "dapo" else len(rows)  # dapo: N; grpo: K (u is then the mean)
-        batches.append({"completion_mask": mask, "num_items_in_batch": torch.tensor(total),
-                        "u": torch.tensor(rng.normal(size=size)), "normalizer": normalizer, "tokens": t, "rows": b})
-    return batches
+def loss_tokens(batches) -> int:
+    return int(sum(b["completion_mask"].sum() for b in batches))
 
 
-def run_step(trainer, callback, batches, clip: float | None = None) -> None:
-    """The Trainer's event order for one optimizer step (transformers 5.24 `_inner_training_loop`)."""
-    args, state, control = trainer.args, None, None
-    callback.on_step_begin(args, state, control)
-    for k, inputs in enumerate(batches):
-        trainer.compute_loss(trainer.model, inputs).backward()
-        if k < len(batches) - 1:
-            callback.on_substep_end(args, state, control)
-    if clip is not None:
-        torch.nn.utils.clip_grad_norm_(trainer.parameters(), clip)
-    callback.on_pre_optimizer_step(args, state, control)
+def expected_inputs(model, batches, loss_type: str) -> tuple[list[float], list[int], float]:
+    """(|m_k|^2 of each micro-batch's own mean gradient, completions, |g|^2 of the step before clipping), computed
+    without the callback."""
+    own = [own_mean_gradient(model, b, loss_type) for b in batches]
+    total = sum(trl_loss(model, b, loss_type, len(batches), 1, loss_tokens(batches)) for b in batches)
+    step = torch.cat([g.reshape(-1) for g in torch.autograd.grad(total, list(model.parameters()))])
+    return [float(m.square().sum()) for m in own], [b["completion_ids"].size(0) for b in batches], float(
+        step.square().sum())
 
 
-def expected_terms(trainer, batches) -> tuple[float, float]:
-    """estimate_noise_terms on the micro-batches' own mean gradients (u / T_k for dapo, u for grpo)."""
-    own = [b["u"] / (b["tokens"] if trainer.loss_type == "dapo" else 1) for b in batches]
-    step = sum(b["u"] / b["normalizer"] for b in batches)
-    return estimate_noise_terms([float(g.square().sum()) for g in own], [b["rows"] for b in batches],
-                                float(step.square().sum()), sum(b["rows"] for b in batches))
-
-
-@pytest.mark.parametrize("loss_type,rows,tokens", [("dapo", [4, 4], [7, 13]), ("grpo", [4, 4], [9, 9]),
-                                                   ("dapo", [2, 2, 2], [3, 8, 5])])
-def test_logged_terms_are_the_estimator_on_the_known_micro_batch_gradients(loss_type, rows, tokens):
-    import numpy as np
-
-    trainer = FakeTrainer(loss_type, accumulation=len(rows))
-    callback = GradientNoiseCallback(trainer)
-    callback.on_train_begin(trainer.args, None, None)
-    rng = np.random.default_rng(1)
-    steps = [micro_batches(trainer, rows, tokens, rng) for _ in range(2)]
-    ema = NoiseScaleEMA()
-    expected = []
-    for batches in steps:
-        trainer.model.zero_grad()
-        run_step(trainer, callback, batches, clip=1e-3)  # clipped hard: the estimate must use the norm before it
-        expected.append(expected_terms(trainer, batches))
+@pytest.mark.parametrize("loss_type,micro,rows", [("dapo", 2, 4), ("grpo", 2, 4), ("dapo", 3, 2)])
+def test_logged_terms_are_the_estimator_on_the_micro_batches_own_gradients(loss_type, micro, rows):
+    model = TinyLM()
+    args = trainer_args(loss_type, micro, max_grad_norm=1e-3)  # clipped hard: the estimate uses the norm before it
+    callback, state = begin(args, model), TrainerState()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    ema, expected = NoiseScaleEMA(), []
+    for step in range(2):
+        batches = make_micro_batches(10 + step, micro, rows)
+        chunks, samples, batch_sq = expected_inputs(model, batches, loss_type)
+        run_step(model, callback, batches, args, state, loss_tokens=loss_tokens(batches), optimizer=optimizer)
+        got = callback.last_step
+        assert got["chunk_grad_sq"] == pytest.approx(chunks, rel=1e-9)
+        assert (got["samples"], got["processes"]) == (samples, 1)
+        assert got["batch_sq"] == pytest.approx(batch_sq, rel=1e-9) and batch_sq > 1e-3 ** 2  # before the clip
+        expected.append(estimate_noise_terms(chunks, samples, batch_sq, sum(samples)))
         b_noise = ema.observe(dict(zip(GNS, expected[-1])))
-    trainer.log({"loss": 0.5, "grad_norm": 1.0})
-    logged = trainer.logged[-1]
-    for i, key in enumerate(GNS):  # the window's mean over its two steps
-        assert logged[key] == pytest.approx((expected[0][i] + expected[1][i]) / 2, rel=1e-5)
+    entry = log(callback, args, state, {"loss": 0.5, "grad_norm": 1.0, "learning_rate": 1e-6})
+    for i, key in enumerate(GNS):  # the window's mean over its two steps, in the log_history entry itself
+        assert entry[key] == pytest.approx((expected[0][i] + expected[1][i]) / 2, rel=1e-9)
     want = b_noise["gns/b_noise"]  # None (not resolved) when the EMA of |G|^2 is not positive
-    assert logged["gns/b_noise"] == (None if want is None else pytest.approx(want, rel=1e-5))
-    assert logged["time/generate"] >= 0 and logged["time/train"] >= 0
-    trainer.log({"eval_reward": 1.0})  # an eval entry gets nothing
-    assert not any(key.startswith(("gns/", "time/")) for key in trainer.logged[-1])
-    callback.on_train_end(trainer.args, None, None)
-    assert "compute_loss" not in trainer.__dict__ and "log" not in trainer.__dict__
+    assert entry["gns/b_noise"] == (None if want is None else pytest.approx(want, rel=1e-9))
+    assert entry["time/generate"] >= 0 and entry["time/train"] > 0 and entry["step"] == 2
+    eval_entry = log(callback, args, state, {"eval_loss": 1.0})  # an eval entry gets nothing
+    assert not any(key.startswith(("gns/", "time/")) for key in eval_entry)
+    callback.on_train_end(args, state, TrainerControl())
+    assert not model.embed._backward_hooks and not model._forward_pre_hooks
 
 
 def test_gradients_are_unchanged_by_the_hooks():
-    import numpy as np
-
     grads = []
     for with_callback in (False, True):
-        trainer = FakeTrainer("dapo", accumulation=3)
-        batches = micro_batches(trainer, [2, 2, 2], [4, 6, 5], np.random.default_rng(2))
+        model, args = TinyLM(), trainer_args("dapo", 3, max_grad_norm=0.0)
+        batches = make_micro_batches(3, 3, 2)
         if with_callback:
-            callback = GradientNoiseCallback(trainer)
-            callback.on_train_begin(trainer.args, None, None)
-            run_step(trainer, callback, batches)
-        else:
-            for inputs in batches:
-                trainer.compute_loss(trainer.model, inputs).backward()
-        grads.append([p.grad.clone() for p in trainer.parameters()])
+            callback = begin(args, model)
+            callback.on_step_begin(args, TrainerState(), TrainerControl())
+        for k, inputs in enumerate(batches):
+            trl_loss(model, inputs, "dapo", 3, 1, loss_tokens(batches)).backward()
+            if with_callback and k < 2:
+                callback.on_substep_end(args, TrainerState(), TrainerControl())
+        grads.append([p.grad.clone() for p in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
-def test_a_step_without_two_weighted_micro_batches_has_no_estimate():
+def test_a_gradient_changed_behind_its_back_stops_the_estimate():
+    model, args = TinyLM(), trainer_args("grpo", 2, max_grad_norm=0.0)
+    callback, state = begin(args, model), TrainerState()
+    batches = make_micro_batches(5, 2, 3)
+    run_step(model, callback, batches, args, state, loss_tokens=loss_tokens(batches))
+    assert "gns/grad_sq" in log(callback, args, state, {"loss": 0.1})
+
+    def halve_then_pre_step(*a, **k):  # a reduction the callback does not see, between the backward and the step
+        for p in model.parameters():
+            p.grad.mul_(0.5)
+        return original(*a, **k)
+
+    original, callback.on_pre_optimizer_step = callback.on_pre_optimizer_step, halve_then_pre_step
+    with pytest.warns(UserWarning, match="stops estimating"):
+        run_step(model, callback, batches, args, state, loss_tokens=loss_tokens(batches))
+    entry = log(callback, args, state, {"loss": 0.1})
+    assert "gns/grad_sq" not in entry and "time/train" in entry and callback.stopped
+
+
+def test_processes_scale_the_increments_to_the_micro_batches_own_means():
     assert step_noise_terms([1.0], [1.0], [4], 1.0) == {}
     assert step_noise_terms([1.0, 2.0], [1.0, 0.0], [4, 4], 1.0) == {}  # a micro-batch with no loss tokens
-    terms = step_noise_terms([2.0, 4.0], [3.0, 1.0], [4, 4], 1.0)  # weights 3/4 and 1/4
+    terms = step_noise_terms([2.0, 4.0], [3.0, 1.0], [4, 4], 1.0, processes=2)  # weights 3/4, 1/4 over 2 processes
     assert terms["gns/grad_sq"] == pytest.approx(
-        estimate_noise_terms([2.0 / 0.75 ** 2, 4.0 / 0.25 ** 2], [4, 4], 1.0, 8)[0])
+        estimate_noise_terms([2.0 / 1.5 ** 2, 4.0 / 0.5 ** 2], [4, 4], 1.0, 8)[0])
 
 
-@pytest.mark.parametrize("overrides,field", [
-    ({"accumulation": 1}, "gradient_accumulation_steps"),
-    ({"loss_type": "mystery"}, "loss_type"),
-    ({"fp16": True}, "fp16"),
-    ({"world_size": 2}, "GradientNoiseCallback"),
+class NoLogitsToKeep(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(2))
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.w
+
+
+@pytest.mark.parametrize("overrides,field,model", [
+    ({"gradient_accumulation_steps": 1}, "gradient_accumulation_steps", None),
+    ({"loss_type": "mystery"}, "loss_type", None),
+    ({"fp16": True}, "fp16", None),
+    ({"n_gpu": 2}, "GradientNoiseCallback", None),
+    ({"deepspeed": "ds_config.json"}, "GradientNoiseCallback", None),
+    ({"fsdp": "full_shard"}, "GradientNoiseCallback", None),
+    ({"steps_per_generation": 1, "gradient_accumulation_steps": 2}, "steps_per_generation", None),
+    ({}, "GradientNoiseCallback", NoLogitsToKeep()),  # dapo needs the completion length
 ])
-def test_setups_the_estimate_cannot_read_are_refused(overrides, field):
-    kwargs = {k: overrides[k] for k in ("loss_type", "accumulation") if k in overrides}
-    trainer = FakeTrainer(**kwargs)
-    for key in ("fp16", "world_size"):
-        if key in overrides:
-            setattr(trainer.args, key, overrides[key])
+def test_setups_the_estimate_cannot_read_are_refused_before_the_first_step(overrides, field, model):
+    args = trainer_args("dapo", 2)
+    for key, value in overrides.items():
+        setattr(args, key, value)
     with pytest.raises(UserError) as error:
-        GradientNoiseCallback(trainer)
+        begin(args, model or TinyLM())
     assert error.value.field == field
 
 
-def test_a_trainer_without_loss_type_is_refused():
-    with pytest.raises(UserError, match="needs a TRL GRPOTrainer"):
-        GradientNoiseCallback(SimpleNamespace(args=SimpleNamespace()))
+def test_args_without_a_loss_type_are_refused():
+    with pytest.raises(UserError, match="needs TRL's GRPOConfig"):
+        begin(SimpleNamespace(gradient_accumulation_steps=2), TinyLM())
 
 
 def test_batchscale_and_integrations_import_without_torch():

@@ -1,8 +1,11 @@
 """GradientNoiseCallback in TRL's real GRPOTrainer (CPU, a tiny random Llama, 3 steps of 2 micro-batches, TRL's default
-token-sum loss `dapo`, gradient checkpointing on as TRL defaults): training is bitwise the same with and without it
-(losses, gradient norms, final weights), every training log carries the gns keys and timers (their step norm is
-the Trainer's own before clipping), `batchscale import trl` passes them into the step records, and `batchscale predict`
-plans from the imported run.
+token-sum loss `dapo`, gradient checkpointing on as TRL defaults, a linearly decaying learning rate), added as TRL
+users add callbacks (`GRPOTrainer(..., callbacks=[GradientNoiseCallback()])`): training is bitwise the same with and
+without it (losses, gradient norms, final weights), every training log carries the gns keys and timers (their step
+norm is the Trainer's own before clipping), `batchscale import trl` passes them and the decaying learning rate
+(`lr/actor` per record) into the step records, and `batchscale predict` plans from the imported run. The same under DDP:
+two CPU processes (torchrun, gloo), where the step norm the estimate uses must be the all-reduced one the Trainer
+logs as grad_norm.
 
 TRL runs in its own venv, .cache/bench/trl-venv (benchmarks/e2e_trl.py's recipe: torch==2.13.0 pinned first, then
 trl==1.13.0), made when BATCHSCALE_TEST_TRL=1 (about 3 minutes; otherwise the test runs only where it exists); the
@@ -14,6 +17,7 @@ import importlib.util
 import json
 import math
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -41,17 +45,41 @@ def trl_python() -> Path:
         pytest.skip(f"the TRL venv ({e2e_trl.TRL_VENV}) could not be made, is a package registry reachable? ({e})")
 
 
-def train(python: Path, model_dir: Path, out_dir: Path, callback: bool) -> dict:
+def train(python: Path, model_dir: Path, out_dir: Path, callback: bool, processes: int = 1) -> dict:
     spec = {"src": str(ROOT / "src"), "model_dir": str(model_dir), "out_dir": str(out_dir), "callback": callback,
             "steps": STEPS, "micro_batch_size": MICRO, "accumulation": ACCUMULATION, "samples_per_prompt": G,
             "max_new_tokens": 8, "loss_type": "dapo", "max_grad_norm": 0.5, "logging_steps": 1}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([str(python), str(WORKER), json.dumps(spec)], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=ROOT)
+    launcher = [] if processes == 1 else ["-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                                          "--master_port", str(free_port())]
+    proc = subprocess.run([str(python), *launcher, str(WORKER), json.dumps(spec)], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     versions = json.loads(proc.stdout.strip().splitlines()[-1])
     state = json.loads((out_dir / "trainer_state.json").read_text())
     return {"versions": versions, "log": [e for e in state["log_history"] if "loss" in e]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_entries(log: list[dict], batch: int) -> None:
+    """Every training entry carries the keys, and |G|^2 + tr(Sigma) / B is |g_B|^2 identically: the estimate's step
+    norm is the Trainer's grad_norm, the (all-reduced) norm before the clip (max_grad_norm 0.5 clips)."""
+    assert [e["step"] for e in log] == list(range(1, STEPS + 1))
+    for entry in log:
+        for key in ("gns/grad_sq", "gns/trace_sigma", "time/generate", "time/train"):
+            assert isinstance(entry[key], float) and math.isfinite(entry[key]), (key, entry)
+        assert "gns/b_noise" in entry  # a number, or null while not resolved
+        assert entry["time/generate"] > 0 and entry["time/train"] > 0
+        assert entry["gns/grad_sq"] + entry["gns/trace_sigma"] / batch == pytest.approx(entry["grad_norm"] ** 2,
+                                                                                        rel=1e-4)
+    assert any(entry["grad_norm"] > 0.5 for entry in log)
+    rates = [entry["learning_rate"] for entry in log]
+    assert rates == sorted(rates, reverse=True) and rates[0] > rates[-1]  # the linear schedule decays
 
 
 @pytest.mark.slow
@@ -70,17 +98,7 @@ def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, cap
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
-    # every training entry carries the keys
-    for entry in measured["log"]:
-        for key in ("gns/grad_sq", "gns/trace_sigma", "time/generate", "time/train"):
-            assert isinstance(entry[key], float) and math.isfinite(entry[key]), (key, entry)
-        assert "gns/b_noise" in entry  # a number, or null while not resolved
-        assert entry["time/generate"] > 0 and entry["time/train"] > 0
-        # |G|^2 + tr(Sigma) / B is |g_B|^2 identically: the step's norm before clipping (max_grad_norm 0.5 clips)
-        batch = MICRO * ACCUMULATION
-        assert entry["gns/grad_sq"] + entry["gns/trace_sigma"] / batch == pytest.approx(entry["grad_norm"] ** 2,
-                                                                                        rel=1e-4)
-    assert any(entry["grad_norm"] > 0.5 for entry in measured["log"])
+    check_entries(measured["log"], MICRO * ACCUMULATION)
     assert not any(key.startswith("gns/") for e in plain["log"] for key in e)
 
     # imported: the step records carry them; predict runs on the import
@@ -92,6 +110,7 @@ def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, cap
     for record, entry in zip(run.steps, measured["log"]):
         for key in ("gns/grad_sq", "gns/trace_sigma", "gns/b_noise", "time/generate", "time/train"):
             assert record[key] == entry[key], key
+        assert record["lr/actor"] == entry["learning_rate"]  # the schedule, step by step, not a constant
     block = json.loads((run_dir / "run.json").read_text())["import"]
     assert any("GradientNoiseCallback" in note for note in block["notes"])
     assert not any(key.startswith(("gns/", "time/")) for key in block["unknown_keys"])
@@ -101,3 +120,14 @@ def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, cap
     document = json.loads(capsys.readouterr().out)
     assert document["reference"]["samples_per_step"] == MICRO * ACCUMULATION
     assert "b_noise" in document and document["rows"]
+
+
+@pytest.mark.slow
+def test_callback_in_a_real_grpo_run_under_ddp(trl_python, random_model_dir, tmp_path):
+    run = train(trl_python, random_model_dir, tmp_path / "ddp", callback=True, processes=2)
+    assert run["versions"]["world_size"] == 2
+    check_entries(run["log"], 2 * MICRO * ACCUMULATION)  # B: both processes' micro-batches
+    run_dir = tmp_path / "run"
+    assert main(["import", "trl", str(tmp_path / "ddp"), "--out", str(run_dir),
+                 "--prompts-per-step", str(2 * P), "--samples-per-prompt", str(G)]) == 0
+    assert [r["gns/grad_sq"] for r in read_run(run_dir).steps] == [e["gns/grad_sq"] for e in run["log"]]

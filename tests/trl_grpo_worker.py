@@ -1,7 +1,8 @@
 """A few GRPOTrainer steps on CPU, with or without batchscale's GradientNoiseCallback: the TRL side of
 tests/test_trl_grpo.py, run in the TRL venv (.cache/bench/trl-venv, as benchmarks/e2e_trl.py makes it).
 
-argv[1] is a JSON spec: src (batchscale's src/), model_dir, out_dir, callback (bool), steps, and the batch shape. Writes
+argv[1] is a JSON spec: src (batchscale's src/), model_dir, out_dir, callback (bool), steps, and the batch shape; run
+under torchrun (two CPU processes, gloo) it is one process of a DDP run, and rank 0 writes the files. Writes
 out_dir/trainer_state.json (`trainer.save_state()`), out_dir/weights.pt (the final state dict) and prints one JSON line
 with the versions. The reward is a fixed function of the completion text (so both runs see the same rewards) that
 varies enough that no group's advantages are all zero.
@@ -37,19 +38,23 @@ def main() -> None:
         output_dir=str(out), use_cpu=True, bf16=False, fp16=False, seed=0, data_seed=0,
         per_device_train_batch_size=spec["micro_batch_size"], gradient_accumulation_steps=spec["accumulation"],
         num_generations=spec["samples_per_prompt"], max_completion_length=spec["max_new_tokens"],
-        loss_type=spec["loss_type"], beta=0.0, learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0,
+        loss_type=spec["loss_type"], beta=0.0, learning_rate=1e-3, lr_scheduler_type="linear", warmup_steps=0,
         max_grad_norm=spec["max_grad_norm"], max_steps=spec["steps"], logging_steps=spec["logging_steps"],
         save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer)
+    callbacks = []
     if spec["callback"]:
         from batchscale.integrations.trl import GradientNoiseCallback
 
-        trainer.add_callback(GradientNoiseCallback(trainer))
+        callbacks.append(GradientNoiseCallback())  # as TRL users add callbacks: no trainer needed to make it
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=callbacks)
     trainer.train()
     trainer.save_state()
+    if not trainer.args.should_save:
+        return  # under torchrun: rank 0 writes the files and prints
     torch.save({k: v.detach().clone() for k, v in trainer.model.state_dict().items()}, out / "weights.pt")
     print(json.dumps({"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
+                      "world_size": trainer.args.world_size,
                       "gradient_checkpointing": bool(config.gradient_checkpointing)}))
 
 

@@ -8,6 +8,7 @@ that need them, so `analyze`, `plan` and `roofline` start fast and never touch t
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
+from batchscale.markup import inert
 
 app = typer.Typer(
     name="batchscale",
@@ -45,7 +47,7 @@ def _usage_error_types() -> tuple[type, ...]:
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    return f"warning: {message}\n"  # for people: no source location, no code line
+    return f"warning: {inert(message)}\n"  # for people: no source location, no code line; data shown inert
 
 
 def _usage_error_line(error) -> str:
@@ -68,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit code: 2 for bad input, with a one-line message and no traceback. A file
     that cannot be read or written (an OSError, a non-UTF-8 file) that no command caught is one line too; set
     BATCHSCALE_TRACEBACK=1 to see the traceback instead."""
-    import os
     import warnings
 
     from batchscale.processes import Terminated, terminate_gracefully
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         with terminate_gracefully():  # SIGTERM runs the same cleanup as Ctrl-C
             result = app(args=argv, standalone_mode=False)
     except UserError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {inert(e)}", err=True)  # names and values from input: controls shown, never acted on
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -98,12 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("BATCHSCALE_TRACEBACK"):
             raise
         line = _os_error_line(e) if isinstance(e, OSError) else f"a file is not UTF-8 text ({e})"
-        typer.echo(f"error: {' '.join(line.split())}", err=True)
+        typer.echo(f"error: {inert(' '.join(line.split()))}", err=True)
         return 2
     return result if isinstance(result, int) else 0
 
 
 OVERRIDES_HELP = "overrides as other frameworks write them: batch.prompts_per_step=64 optim.lr=1e-5 (as --set; after it)"
+
+
+def is_override(text: str) -> bool:
+    """KEY=VALUE with a dotted key (`task.path=data/x.jsonl`: its value may hold '/'), not a path that holds '='."""
+    key, sep, _ = text.partition("=")
+    return bool(sep) and bool(key) and "/" not in key and os.sep not in key
 
 
 def bare_overrides(items: list[str] | None) -> list[str]:
@@ -129,9 +136,9 @@ def train(
 ):
     """Train one configuration to its sample budget and write its run directory."""
     from batchscale.config import load_config
-    from batchscale.train.progress import train_with_progress
+    from batchscale.train.run_progress import train_with_progress
 
-    if config is not None and "=" in config.name and not config.exists():  # no config file: overrides alone
+    if config is not None and is_override(str(config)) and not config.exists():  # no config file: overrides alone
         config, overrides = None, [str(config), *(overrides or [])]
     set_ = [*set_, *bare_overrides(overrides)]
     if resume is not None:
@@ -231,7 +238,7 @@ from batchscale.plan.predict_cli import predict as _predict; app.command("predic
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
 from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702
-from batchscale.systems.profile_cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
+from batchscale.profile.cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
 from batchscale.export.cli import export_launchers as _export; app.command("export")(_export)  # noqa: E402, E702
 
 

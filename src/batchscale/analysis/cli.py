@@ -49,12 +49,14 @@ def analyze(
     from batchscale.analysis.analyze import analysis_outputs
     from batchscale.analysis.analyze import analyze as run_analysis
     from batchscale.files import removing_created
-    from batchscale.rundir.tables import analysis_table, check_table_format, write_tables
+    from batchscale.rundir.tables import analysis_table, check_table_format, check_table_outputs, write_tables
 
     check_table_format(csv_path, "--csv")
     check_table_format(parquet_path, "--parquet")
 
     out_dir = out if out is not None else path
+    check_table_outputs({"--csv": csv_path, "--parquet": parquet_path}, {"PATH": path},
+                        [Path(out_dir) / name for name in analysis_outputs()])
     with warnings.catch_warnings(record=True) as caught, removing_created(out_dir, analysis_outputs()):
         warnings.simplefilter("always", DataWarning)  # a failure (a full disk) removes what it wrote, names the path
         result = run_analysis(path, target=target, reference=reference, out=out, smooth_window=smooth_window,
@@ -71,22 +73,22 @@ def analyze(
 def print_table(result: dict, out_dir: Path) -> None:
     """Rich table of the per-label results, then the summary lines."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     from batchscale.analysis.plots import ordered_labels
+    from batchscale.markup import console_text, inert
     from batchscale.analysis.report import format_number, format_samples_to_target, format_target, rollout_cell
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"Learning side: reference {escape(str(result['reference']))}, target {format_target(result)}")
+    table = Table(title=f"Learning side: reference {console_text(result['reference'])}, target {format_target(result)}")
     for name in ("label", "B", "lr", "rollout", "N* [95% CI] (reached)", "realized T (s)", "rN", "updates",
                  "update ratio", "aligned", "|g| actor"):
         table.add_column(name, justify="left" if name == "label" else "right")
     for label in ordered_labels(result):
         config = result["configs"][label]
         table.add_row(
-            Text(label + (" (ref)" if label == result["reference"] else "")),  # a label is data, never markup
+            Text(inert(label) + (" (ref)" if label == result["reference"] else "")),  # a label is data, never markup
             format_number(config["samples_per_step"]), format_number(config["lr"]), rollout_cell(config),
             format_samples_to_target(config["samples_to_target"]),
             format_number(config["time_to_target_realized"]), format_number(config["r_n"]), format_number(config["updates_to_target"], 4),

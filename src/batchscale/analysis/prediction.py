@@ -8,6 +8,11 @@ The reference label's runs log B_noise online (`gns/b_noise`, samples; telemetry
 (McCandlish et al. 2018, eq. 2.11). With a plan's measured throughput gains, the predicted best label is the one with
 the smallest rN_predicted / (q/q_ref), beside the measured best. The prediction's compute is one run of the reference
 (its first seed's summed time/step), as a fraction of the whole sweep's summed time/step.
+
+Only the reference's lr family is predicted and ranked: the formula describes batches whose hyperparameters are
+retuned as B changes (McCandlish's link assumes each batch at its optimal step size; the sweep's family, the square-
+root rule by default, stands in for that). A label of another lr rule, such as the fixed-LR control, is not a point the
+formula speaks for: its r_n_predicted is null, it is never the predicted best, and the text says so.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str
     """Set configs[label]["r_n_predicted"] for every label; returns analysis.json's `prediction` (None, and every
     r_n_predicted None, when the reference's runs log no B_noise)."""
     b_noise = pool_noise_scales([run.steps for run in by_label[reference]])
+    rule = configs[reference].get("lr_rule")
+    others = sorted(label for label in configs if configs[label].get("lr_rule") != rule)
     for label in configs:
-        configs[label]["r_n_predicted"] = None if b_noise is None else predict_samples_penalty(
+        configs[label]["r_n_predicted"] = None if b_noise is None or label in others else predict_samples_penalty(
             configs[label]["samples_per_update"], configs[reference]["samples_per_update"], b_noise.value)
     if b_noise is None:
         return None
@@ -37,10 +44,11 @@ def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str
             "b_noise_fitted_low": None if fitted is None else fitted.low,
             "b_noise_fitted_high": None if fitted is None else fitted.high,
             "prediction_compute_s": prediction_s, "sweep_compute_s": sweep_s,
-            "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None}
+            "compute_fraction": prediction_s / sweep_s if sweep_s > 0 else None,
+            "lr_rule": rule, "other_rule_labels": others}
 
 
-def fit_noise_scale(configs: dict, reference: str) -> float | None:
+def fitted_noise_scale(configs: dict, reference: str) -> float | None:
     """The B_noise whose rN(B) curve fits the sweep's measured rN best (analysis.noise_fit): the value the one-run
     estimate is checked against. None without a measured rN of another label of the reference's lr rule, or when
     the best fit lies at the search range's end (the measured rN do not grow with B, or grow faster than it can)."""
@@ -78,7 +86,19 @@ def prediction_lines(analysis: dict) -> list[str]:
         config = analysis["configs"][label]
         lines.append(f"| {markdown_text(label)} | {config['samples_per_step']} | {_fmt(config['r_n'])} | "
                      f"{_fmt(config.get('r_n_predicted'))} |")
+    if prediction.get("other_rule_labels"):
+        lines += ["", markdown_text(family_note(prediction))]
     return lines
+
+
+def family_note(prediction: dict) -> str:
+    """Why the labels of another lr rule have no prediction ("" when every label shares the reference's)."""
+    others = prediction.get("other_rule_labels") or []
+    if not others:
+        return ""
+    return (f"Not predicted, not ranked: {', '.join(others)} (another lr rule than the reference's "
+            f"{prediction.get('lr_rule') or 'unknown'}). The formula holds along the reference's lr family, each batch "
+            "at its retuned learning rate; a fixed-LR control is not a point it speaks for.")
 
 
 def closing_note(analysis: dict, plan: dict) -> str | None:
@@ -96,8 +116,9 @@ def closing_note(analysis: dict, plan: dict) -> str | None:
     return (f"Predicted from one run (B_noise {format_samples(prediction['b_noise']['value'])}, from "
             f"{prediction['label']}; fitted to the measured rN: {fitted_text(prediction)}): rN predicted vs "
             f"measured: {pairs}. Predicted best: {best['predicted'] or 'none'} "
-            f"(rN predicted over the measured throughput gain); measured best: {best['measured'] or 'none'}. "
-            f"The prediction needed one run of the reference, {cost}.")
+            f"(rN predicted over the measured throughput gain, among the reference's lr family); measured best: "
+            f"{best['measured'] or 'none'}. The prediction needed one run of the reference, {cost}."
+            + (f" {family_note(prediction)}" if prediction.get("other_rule_labels") else ""))
 
 
 def plot_predicted_penalty(ax, analysis: dict) -> None:

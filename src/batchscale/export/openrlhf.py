@@ -94,6 +94,7 @@ FLAGS = {
     "vllm_tp": ("--vllm.tensor_parallel_size", "--vllm_tensor_parallel_size"),
 }
 LOG_DIR = "$RUN_DIR/tensorboard"
+REQUIRED_INPUTS = ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES", "REWARD_FUNC")  # render_openrlhf_script's required ones
 # (first version, last version, length flags) of the flat CLI; the script picks the row of the installed OpenRLHF
 LEGACY_LENGTH_FLAGS = (
     ("0.9.0", "0.9.7", '--generate_max_len "$MAX_RESPONSE_LENGTH" --prompt_max_len "$MAX_PROMPT_LENGTH"'),

@@ -26,6 +26,7 @@ from batchscale.export.shell import Shell, Variable, render_command, render_scri
 ESTIMATORS = {"grpo": "grpo", "ppo": "gae", "remax": "remax"}  # batchscale name -> algorithm.adv_estimator
 LOSS_AGGREGATION = {"token-mean": "token-mean", "sequence-mean": "seq-mean-token-mean"}
 LOG_PATH = "$RUN_DIR/verl_log.jsonl"
+REQUIRED_INPUTS = ("MODEL_PATH", "TRAIN_FILES", "VAL_FILES")  # the script's required variables (render_verl_script)
 TARGET = ("verl's Hydra CLI (verl.trainer.main_ppo) of versions with the `file` logger backend (FileLogger in "
           "verl/utils/tracking.py) and data.seed in ppo_trainer.yaml")
 

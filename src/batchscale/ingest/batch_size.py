@@ -21,6 +21,8 @@ import statistics
 from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.frameworkconfig import read_run_fields
+from batchscale.ingest.newer_frameworks import BATCH_HINTS as NEWER_BATCH_HINTS
+from batchscale.ingest.newer_frameworks import PROMPT_COUNT_KEYS, SAMPLE_COUNT_KEYS
 
 TOLERANCE = 0.05
 BATCH_FIELDS = ("prompts_per_step", "samples_per_prompt")
@@ -29,6 +31,7 @@ BATCH_HINTS = {
     "openrlhf": "--rollout_batch_size and --n_samples_per_prompt",
     "trl": "P = per_device_train_batch_size x gradient_accumulation_steps x processes / num_generations,"
            " G = num_generations",
+    **NEWER_BATCH_HINTS,
 }
 TOKEN_KEYS = {"verl": ("perf/total_num_tokens", "prompt_length/mean", "response_length/mean")}
 SEQLEN_KEY = {"verl": "global_seqlen/mean"}  # total tokens / data-parallel ranks (verl's _balance_batch)
@@ -61,12 +64,16 @@ def logged_batch_by_step(parsed: ParsedLog) -> tuple[dict[int, float], str]:
     """({step: P x G as the log measured it}, how): per step, total tokens / (mean prompt + mean response tokens),
     the total from `perf/total_num_tokens`, else from `global_seqlen/mean` x the data-parallel ranks. A step's keys
     may sit in several rows (TensorBoard writes one scalar per event), so rows are merged by step first."""
-    keys = TOKEN_KEYS.get(parsed.style)
-    if not keys:
-        return {}, ""
     by_step: dict[int, dict] = {}
     for row in parsed.rows:
         by_step.setdefault(row.step, {}).update(row.metrics)
+    count_key = SAMPLE_COUNT_KEYS.get(parsed.style)
+    if count_key:  # the log counts the step's samples itself
+        counts = {step: value for step, m in by_step.items() if (value := number(m.get(count_key))) and value > 0}
+        return counts, count_key
+    keys = TOKEN_KEYS.get(parsed.style)
+    if not keys:
+        return {}, ""
     ranks = data_parallel_ranks({**parsed.command_config, **parsed.config})
     counts, how = {}, TOTAL_FORMULA
     for step, metrics in by_step.items():
@@ -99,9 +106,12 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
     fields = read_run_fields(parsed.config, parsed.style, parsed.notes) if parsed.config else {}
     origin = {name: "config" for name in BATCH_FIELDS if name in fields}
     merge_launch_command(parsed, fields, origin)
+    add_logged_prompts(parsed)
     for name, value in parsed.batch_hints.items():
         if name not in fields:
             fields[name], origin[name] = value, "log"
+            if name in parsed.hint_reasons:
+                parsed.notes.append(f"{name} = {value}: {parsed.hint_reasons[name]}")
     for name, flag_value in zip(BATCH_FIELDS, (prompts_per_step, samples_per_prompt)):
         if flag_value is None:
             continue
@@ -112,22 +122,62 @@ def resolve_batch(parsed: ParsedLog, prompts_per_step: int | None, samples_per_p
         if origin.get(name) == "log" and fields[name] != flag_value:
             parsed.notes.append(f"{flag_name(name)} {flag_value} overrides the log's {fields[name]}")
         fields[name], origin[name] = flag_value, "flag"
-    check_logged_batch(parsed, fields, origin)
+    logged = check_logged_batch(parsed, fields, origin)
+    undecided = fields.pop("trl_readings", None)
     missing = [name for name in BATCH_FIELDS if name not in fields]
+    if missing and undecided:
+        raise UserError(", ".join(missing), undecided, f"pass {flag_name(missing[0])} (the TRL version the run used "
+                        "decides: 0.14 and earlier counted prompts)")
     if missing:
-        found = f"the config {parsed.config_path} lacks it" if parsed.config_path else "no framework config was found"
-        raise UserError(
-            ", ".join(missing),
-            f"P and G are needed for cumulative samples (step x P x G); {parsed.style} logs do not record them"
-            f" and {found}",
-            f"pass --prompts-per-step P --samples-per-prompt G ({parsed.style}: {BATCH_HINTS[parsed.style]})",
-        )
+        raise missing_batch_error(parsed, fields, origin, missing, logged)
     for name in BATCH_FIELDS:
         if fields[name] < 1:
             raise UserError(name, f"must be a positive integer, got {fields[name]}", "fix the flag or the config")
     fields["batch_from"] = origin
     resolve_updates(parsed, fields)
     return fields
+
+
+SHORT = {"prompts_per_step": "P", "samples_per_prompt": "G"}
+
+
+def missing_batch_error(parsed: ParsedLog, fields: dict, origin: dict, missing: list[str],
+                        logged: tuple[float, str] | None) -> UserError:
+    """The question for P or G, saying what the log does give (the logged P x G, the other of P and G)."""
+    counted = logged and logged[1] in SAMPLE_COUNT_KEYS.values()  # the log counts samples, not tokens
+    gives = [f"P x G = {logged[0]:.0f} from the logged {logged[1]}" if counted else
+             f"P x G = {logged[0]:.0f} from the token counts ({logged[1]})"] if logged else []
+    gives += [f"{SHORT[name]} = {fields[name]} from {origin_name(parsed, origin, name)}" for name in BATCH_FIELDS
+              if name in fields]
+    flags = " or ".join(f"{flag_name(name)} {SHORT[name]}" for name in missing)
+    hint = f" ({parsed.style}: {BATCH_HINTS[parsed.style]})" if parsed.style in BATCH_HINTS else ""
+    if gives:
+        needed = "P or G" if len(missing) == 2 else SHORT[missing[0]]
+        return UserError(", ".join(missing), f"{needed} unknown; known: {'; '.join(gives)}",
+                         f"pass {flags}{' (one is enough)' if logged and len(missing) == 2 else ''}{hint}")
+    found = f"the config {parsed.config_path} lacks it" if parsed.config_path else "no framework config was found"
+    return UserError(
+        ", ".join(missing),
+        f"P and G are needed for cumulative samples (step x P x G); the {parsed.style} log does not record them"
+        f" and {found}", f"pass --prompts-per-step P --samples-per-prompt G{hint}")
+
+
+def origin_name(parsed: ParsedLog, origin: dict, name: str) -> str:
+    """Where a field came from, in words: the flag, the log, the config file or the launch command."""
+    if origin.get(name) == "flag":
+        return flag_name(name)
+    if origin.get(name) == "log":
+        return "the log"
+    return source_of(parsed, origin, name)
+
+
+def add_logged_prompts(parsed: ParsedLog) -> None:
+    """P as a hint where the log counts the step's prompts (prime-rl's progress/problems) and the count is steady."""
+    key = PROMPT_COUNT_KEYS.get(parsed.style)
+    values = [v for row in parsed.rows if key and (v := number(row.metrics.get(key))) and v > 0]
+    if values and not disagree(min(values), max(values)) and "prompts_per_step" not in parsed.batch_hints:
+        parsed.batch_hints["prompts_per_step"] = round(statistics.median(values))
+        parsed.hint_reasons["prompts_per_step"] = f"the median of the logged {key}"
 
 
 def source_of(parsed: ParsedLog, origin: dict, name: str) -> str:
@@ -155,13 +205,14 @@ def merge_launch_command(parsed: ParsedLog, fields: dict, origin: dict) -> None:
         parsed.notes.append(f"no config file: P, G and the rest read from {parsed.command_path}")
 
 
-def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
+def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> tuple[float, str] | None:
     """Compare P x G with the batch the log's token counts give; fill in P or G when only the other is known. More
     than TOLERANCE off is an error naming both numbers. Where the logged batch varies from step to step (dynamic
-    sampling), the per-step counts become the sample axis (`fields["samples_by_step"]`), with a warning."""
+    sampling), the per-step counts become the sample axis (`fields["samples_by_step"]`), with a warning. Returns
+    (the logged P x G, how) for a question when P or G is still unknown, else None."""
     counts, how = logged_batch_by_step(parsed)
     if not counts:
-        return
+        return None
     logged = statistics.median(counts.values())
     known = [name for name in BATCH_FIELDS if name in fields]
     if varies(counts):
@@ -172,21 +223,22 @@ def check_logged_batch(parsed: ParsedLog, fields: dict, origin: dict) -> None:
             "the sample axis is the cumulative sum of the per-step counts, not step x P x G")
         if len(known) < 2:
             parsed.notes.append(f"the log holds a median of {logged:.1f} sequences per step; P and G are still needed")
-        return
+        return None
     if len(known) == 1:
         other = BATCH_FIELDS[1 - BATCH_FIELDS.index(known[0])]
         value = round(logged / fields[known[0]])
         if value >= 1 and not disagree(value * fields[known[0]], logged):
             fields[other], origin[other] = value, "log"
             parsed.notes.append(f"{other} = {value} from the logged batch of {logged:.1f} sequences per step ({how})")
-        return
+            return None
+        return logged, how
     if len(known) < 2:
         parsed.notes.append(f"the log holds {logged:.1f} sequences per step (P x G); P and G are still needed")
-        return
+        return logged, how
     product = fields["prompts_per_step"] * fields["samples_per_prompt"]
     if not disagree(product, logged):
         parsed.notes.append(f"P x G = {product} agrees with the logged {logged:.1f} sequences per step")
-        return
+        return None
     flags = [flag_name(name) for name in BATCH_FIELDS if origin.get(name) == "flag"]
     sources = sorted({origin[name] for name in BATCH_FIELDS} - {"flag"})
     named = " and ".join(flags) if flags else " and ".join(sorted({source_of(parsed, origin, n) for n in BATCH_FIELDS}))

@@ -18,10 +18,26 @@ import re
 from dataclasses import dataclass, field
 
 from batchscale.errors import UserError
+from batchscale.ingest import newer_frameworks as newer
 from batchscale.rundir.run import GNS_STEP_KEYS
 
 # The formats `batchscale import` reads (importer.READERS maps each to its reader).
-FORMATS = ("verl", "openrlhf", "tensorboard", "trl", "wandb-csv")
+FORMATS = ("verl", "openrlhf", "tensorboard", "trl", "wandb-csv", "skyrl", "prime-rl", "nemo-rl", "xtuner")
+# The key styles (vocabularies) of the frameworks: the first three here, the newer ones in newer_frameworks.py
+STYLES = ("verl", "openrlhf", "trl", *newer.STEP_KEYS_BY_FRAMEWORK)
+# verl's gradient-variance diagnostics (metric_utils.compute_variance_proxy_metrics, b178a3c), kept under their names
+VARIANCE_PROXY_KEYS = ("variance_proxy/proxy1_signal_strength", "variance_proxy/proxy2_total_power",
+                       "variance_proxy/proxy3_pure_noise", "variance_proxy/expected_a_squared",
+                       "variance_proxy/expected_w")
+# logged 0.0 when verl had no gradient norm to compute them from: unknown, not zero
+VARIANCE_PROXY_UNSET = ("variance_proxy/proxy1_signal_strength", "variance_proxy/proxy3_pure_noise")
+VARIANCE_PROXY_NOTE = (
+    "verl's variance_proxy/* are kept under their names: proxy1 = actor/grad_norm^2 (the batch gradient's squared "
+    "norm, parameter space), proxy2 = E[A^2 W] (a per-trajectory score-norm proxy from forward quantities: W sums "
+    "1 - 2 pi_t + sum pi^2 over the response, the squared norm of the log-prob gradient with respect to the logits), "
+    "proxy3 = (proxy2 - proxy1)/(N - 1); they are not batchscale's gradient noise scale B_noise = tr(Sigma)/|G|^2 "
+    "(McCandlish et al.), which needs parameter-gradient norms at two batch sizes, and batchscale predict does not use "
+    "them (proxy3 mixes a logit-space power with a parameter-space norm)")
 
 # batchscale step key -> framework -> framework keys, first present wins.
 STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
@@ -53,13 +69,29 @@ STEP_KEY_MAP: dict[str, dict[str, tuple[str, ...]]] = {
     "lr/critic": {"verl": ("critic/lr",), "openrlhf": ("train/critic_lr",), "trl": ()},
     # the online gradient noise scale: in a TRL log, from batchscale's callback (integrations.trl), under these names
     **{key: {"verl": (), "openrlhf": (), "trl": (key,)} for key in GNS_STEP_KEYS["actor"].values()},
+    # optional keys of newer logs (DESIGN.md's async/* and time/wait_for_samples; the rest documented in IMPORT.md):
+    # verl's fully-async trainer (experimental/fully_async_policy, b178a3c) and its MFU estimates
+    "time/weight_sync": {"verl": ("timing_s/param_sync",)},
+    "time/wait_for_samples": {"verl": ("fully_async/total_wait_time",)},
+    "async/partial_frac": {"verl": ("fully_async/partial/partial_ratio",)},
+    "async/staleness_max": {"verl": ("fully_async/partial/max_partial_span",)},
+    "mfu/actor": {"verl": ("perf/mfu/actor",)},
+    "mfu/critic": {"verl": ("perf/mfu/critic",)},
+    **{key: {"verl": (key,)} for key in VARIANCE_PROXY_KEYS},
 }
+for _framework, _table in newer.STEP_KEYS_BY_FRAMEWORK.items():
+    for _key, _candidates in _table.items():
+        STEP_KEY_MAP.setdefault(_key, {})[_framework] = _candidates
+for _per_framework in STEP_KEY_MAP.values():
+    for _style in STYLES:
+        _per_framework.setdefault(_style, ())
 # batchscale keys whose logged null is a value, kept as null (not dropped): gns/b_noise null is "not resolved"
 NULL_KEPT = frozenset({GNS_STEP_KEYS["actor"]["b_noise"]})
 
 LARGEST_WINS = frozenset({"time/generate"})  # batchscale keys whose candidates are phases: the largest present wins
 # Other keys that look like a generation phase (custom trainers): a warning when one exceeds time/generate.
-GENERATION_LIKE = {"verl": r"^timing_s/(?!gen_max$|agent_loop/).*(gen|rollout)", "openrlhf": r"^train/timing/.*gen"}
+GENERATION_LIKE = {"verl": r"^timing_s/(?!gen_max$|agent_loop/).*(gen|rollout)", "openrlhf": r"^train/timing/.*gen",
+                   **newer.GENERATION_LIKE}
 
 # Keys that reveal filtering / dynamic sampling (more samples generated than consumed): verl's DAPO recipe counts
 # generation rounds in `train/num_gen_batches`; custom trainers log filtered ratios; OpenRLHF logs its pass rate.
@@ -67,14 +99,17 @@ FILTER_KEY_PATTERNS: dict[str, tuple[str, ...]] = {
     "verl": (r"^train/num_gen_batches$", r"too_(bad|good)", r"filter"),
     "openrlhf": (r"dynamic_filtering",),
     "trl": (),
+    **{style: () for style in newer.STEP_KEYS_BY_FRAMEWORK},
 }
-GENERATED_COUNT_KEYS = {"verl": (), "openrlhf": ("train/rollout/num_samples",), "trl": ()}
+GENERATED_COUNT_KEYS = {"verl": (), "openrlhf": ("train/rollout/num_samples",), "trl": (),
+                        **{style: () for style in newer.STEP_KEYS_BY_FRAMEWORK}}
 
 # Eval keys: framework prefix -> prefix of the batchscale name under `eval/` (all eval metrics are kept).
 EVAL_PREFIXES: dict[str, dict[str, str]] = {
     "verl": {"val-core/": "", "val-aux/": "aux/", "val/": ""},
     "openrlhf": {"eval/": ""},
     "trl": {"eval_": ""},
+    **newer.EVAL_PREFIXES,
 }
 
 # Accuracy-like eval metrics, matched against the name after EVAL_PREFIXES; the first rule with any match wins and
@@ -84,12 +119,14 @@ ACCURACY_RULES: dict[str, tuple[str, ...]] = {
     "verl": (r"^(?!aux/).+/acc/mean@\d+$", r"^(?!aux/).+/reward/mean@\d+$", r"^test_score/.+$"),
     "openrlhf": (r"(^|[/_])(acc|accuracy)$", r"(^|[/_])pass@?1$"),
     "trl": (r"^accuracy$", r"^rewards/[^/]*acc[^/]*/mean$"),
+    **newer.ACCURACY_RULES,
 }
 # With no accuracy-like metric, the primary score goes to `eval/score` (DESIGN.md): the mean reward.
 SCORE_RULES: dict[str, tuple[str, ...]] = {
     "verl": (),
     "openrlhf": (r"(^|[/_])reward(_mean)?$",),
     "trl": (r"^reward$",),
+    **newer.SCORE_RULES,
 }
 
 # Known bookkeeping keys: neither mapped nor reported as unknown.
@@ -98,6 +135,7 @@ BOOKKEEPING_KEYS: dict[str, frozenset[str]] = {
     "openrlhf": frozenset({"train/global_step", "eval/global_step", "eval/epoch", "train/rollout/num_samples"}),
     "trl": frozenset({"step", "global_step", "epoch", "total_flos", "train_runtime", "train_loss",
                       "train_samples_per_second", "train_steps_per_second"}),
+    **newer.BOOKKEEPING_KEYS,
 }
 
 # Families of known keys (read by a reader, or summed into a mapped key) that are not reported as unknown.
@@ -105,12 +143,14 @@ KNOWN_KEY_PATTERNS: dict[str, tuple[str, ...]] = {
     "verl": (),
     "openrlhf": (),
     "trl": (r"^rewards/[^/]+/(mean|std)$",),
+    **newer.KNOWN_KEY_PATTERNS,
 }
 
 STEP_KEYS: dict[str, tuple[str, ...]] = {  # where each framework logs its step, in priority order
     "verl": ("training/global_step",),
     "openrlhf": ("train/global_step", "eval/global_step"),
     "trl": ("step",),
+    **newer.STEP_KEYS,
 }
 
 # Contract keys of a step record (DESIGN.md) a log may lack; missing ones are listed as "not provided by <framework>".
@@ -141,6 +181,7 @@ class ParsedLog:
     logged_lr_exact: bool = True  # False when printed values are rounded (verl's 3-decimal console): no lr from them
     run_name: str | None = None  # one run of a multi-run file (W&B chart export)
     batch_hints: dict = field(default_factory=dict)  # P/G the file suggests but flags may override (TRL state)
+    hint_reasons: dict = field(default_factory=dict)  # why a hint holds, noted when the hint is used
     command_config: dict = field(default_factory=dict)  # launch options printed in the log (launch.py), flattened
     command_path: str | None = None  # where they were found, for messages
 
@@ -191,12 +232,15 @@ def normalize_trl_keys(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def detect_style(keys: set[str]) -> tuple[str, bool]:
-    """(style, trl_rewritten) explaining most of `keys`; ties go to verl, then OpenRLHF; no match -> ("", False)."""
+    """(style, trl_rewritten) explaining most of `keys`; ties go to verl, then OpenRLHF, TRL and the newer frameworks
+    in newer_frameworks.py's order; no match -> ("", False)."""
     candidates = [
         ("verl", False, sum(is_known_key("verl", k) for k in keys)),
         ("openrlhf", False, sum(k in mapped_keys("openrlhf") or k in BOOKKEEPING_KEYS["openrlhf"] for k in keys)),
         ("trl", True, sum(k in mapped_keys("trl") or k in BOOKKEEPING_KEYS["trl"]
                           for k in normalize_trl_keys(dict.fromkeys(keys, 0.0)))),
+        *((style, False, sum(k in mapped_keys(style) or k in BOOKKEEPING_KEYS[style] for k in keys))
+          for style in newer.STEP_KEYS_BY_FRAMEWORK),
     ]
     style, rewritten, hits = max(candidates, key=lambda c: c[2])  # max keeps the first of equal scores
     return (style, rewritten) if hits else ("", False)

@@ -1,36 +1,67 @@
 """What every console-log reader shares: undoing what Ray, colour codes and progress bars do to printed lines, numbers
 printed as Python/numpy reprs, and Python literals (a pprinted config, a status dict) read with `ast.literal_eval`.
 
-Ray prefixes each line a worker prints with `(ActorName pid=N[, ip=A.B.C.D])` and collapses repeats into
+Ray prefixes each line a worker prints with `(ActorName pid=N[, ip=A.B.C.D])` (the name may be several words:
+`(VGNd5CWorkerDict_0:0 WorkerDict pid=65860)`, or absent: `(pid=934604)`) and collapses repeats into
 `... [repeated Nx across cluster]`; loggers may colour lines with ANSI escapes; tqdm bars share a line with printed text,
 separated by carriage returns. `clean_segments` yields the printed text with all of that removed.
+
+Ray's log monitor interleaves the processes' output: one process's line may stop mid-way and another's prefix follow on
+the same line (verl v0.1's console: `... 'experiment_name': 'gemma2b_function_rm',(pid=934604) `), the first process
+resuming on a later line of its own. So a line is split at every prefix, and each printed text keeps the process that
+printed it (its `pid`, "" without a prefix); a literal printed by one process (a config dict) is read from that
+process's lines only, skipping the others' (at most MAX_INTERLEAVED_LINES of them).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from typing import NamedTuple
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-RAY_PREFIX = re.compile(r"^\s*\((?:[\w.:<>-]+ )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\s?")
+RAY_PREFIX = re.compile(r"\((?:[\w.:<>-]+ )*pid=(?P<pid>\d+)(?:, ip=[0-9A-Fa-f.:]+)?\)\s?")  # anywhere in a line
 RAY_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 NUMPY_REPR = re.compile(r"^np\.(?:float|int|uint)\d+\((.*)\)$")  # numpy >= 2 reprs: np.float64(0.5), np.int64(3)
 MAX_LITERAL_LINES = 5000  # a pprinted verl config is a few hundred lines
+MAX_INTERLEAVED_LINES = 2000  # other processes' lines skipped inside one literal (verl v0.1: about 60)
 QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")  # a Python string repr on one line
 
 
+class PrintedLine(NamedTuple):
+    """One printed text of a console log: its 1-based line number, the text, and the Ray process that printed it
+    (the prefix's pid; "" for a line without one)."""
+
+    number: int
+    text: str
+    process: str = ""
+
+
+def split_processes(line: str) -> list[tuple[str, str]]:
+    """(process, text) pieces of one raw line: split at every Ray prefix, each piece keeping the prefix's pid (text
+    before the first prefix: "")."""
+    pieces, process, start = [], "", 0
+    for match in RAY_PREFIX.finditer(line):
+        pieces.append((process, line[start:match.start()]))
+        process, start = match.group("pid"), match.end()
+    pieces.append((process, line[start:]))
+    return pieces
+
+
 def clean_segments(line: str):
-    """The printed texts in one raw log line (split at carriage returns), without Ray prefixes and ANSI codes."""
+    """(process, printed text) pairs of one raw log line (split at carriage returns and at Ray prefixes), without
+    the prefixes and ANSI codes."""
     for segment in ANSI.sub("", line).split("\r"):
-        text = RAY_REPEATED.sub("", RAY_PREFIX.sub("", segment)).rstrip()
-        if text.strip():
-            yield text
+        for process, piece in split_processes(segment):
+            text = RAY_REPEATED.sub("", piece).rstrip()
+            if text.strip():
+                yield process, text
 
 
-def clean_lines(text: str) -> list[tuple[int, str]]:
-    """(1-based line number, cleaned text) for every printed text in a console log."""
-    return [(number, segment) for number, line in enumerate(text.split("\n"), start=1)
-            for segment in clean_segments(line)]
+def clean_lines(text: str) -> list[PrintedLine]:
+    """Every printed text in a console log, in order (see PrintedLine)."""
+    return [PrintedLine(number, segment, process) for number, line in enumerate(text.split("\n"), start=1)
+            for process, segment in clean_segments(line)]
 
 
 def parse_printed_number(text: str) -> float | None:
@@ -61,17 +92,46 @@ def continued(text: str) -> bool:
     return text[:1].isspace()
 
 
-def read_literal(lines: list[tuple[int, str]], start: int, opener: str = "{"):
+def cut_mid_line(text: str) -> bool:
+    """Inside a literal pprint ends every line with a comma or an opening bracket; a line ending otherwise was cut by
+    the process's output (verl 0.3's console: `'wrap_policy': {'min_num_params': ` then, on the next line of the same
+    process, `0}},`), and its next line continues it whatever its indent."""
+    return not text.rstrip().endswith((",", "{", "[", "("))
+
+
+def next_of_process(lines: list, index: int, start: int) -> int | None:
+    """The index of the next line after `index` printed by the process of `lines[start]`, skipping (at most
+    MAX_INTERLEAVED_LINES) lines of other processes; None past the end or the limits. A line without a process
+    follows only its immediate predecessor (nothing tells its lines from others')."""
+    process = line_process(lines[start])
+    skipped = 0
+    while True:
+        index += 1
+        if index >= len(lines) or index - start >= MAX_LITERAL_LINES:
+            return None
+        if not process or line_process(lines[index]) == process:
+            return index
+        skipped += 1
+        if skipped > MAX_INTERLEAVED_LINES:
+            return None
+
+
+def line_process(line) -> str:
+    return line[2] if len(line) > 2 else ""
+
+
+def read_literal(lines: list, start: int, opener: str = "{"):
     """(value, index after it) of the Python literal starting at `lines[start]` (its text from the first `opener`),
-    possibly spanning lines as pprint prints it (continuation lines indented); None when it does not close within
-    MAX_LITERAL_LINES or does not parse. Each line is scanned once and the literal parsed once: linear in the log."""
+    possibly spanning lines as pprint prints it (continuation lines indented, read from the same process's lines:
+    module docstring); None when it does not close within MAX_LITERAL_LINES or does not parse. Each line is scanned
+    once and the literal parsed once: linear in the log."""
     first = lines[start][1]
     parts = [first[first.index(opener):]]
     depth = bracket_balance(parts[0])
     index = start
     while depth > 0:
-        index += 1
-        if index >= len(lines) or index - start >= MAX_LITERAL_LINES or not continued(lines[index][1]):
+        index = next_of_process(lines, index, start)
+        if index is None or not (continued(lines[index][1]) or cut_mid_line(parts[-1])):
             return None
         parts.append(lines[index][1])
         depth += bracket_balance(parts[-1])
@@ -81,7 +141,7 @@ def read_literal(lines: list[tuple[int, str]], start: int, opener: str = "{"):
         return None
 
 
-def read_printed_string(lines: list[tuple[int, str]], start: int) -> tuple[str, int] | None:
+def read_printed_string(lines: list, start: int) -> tuple[str, int] | None:
     """(text, index after it) of a string pprint printed from `lines[start]` on: a repr in quotes, or, when longer
     than a line, adjacent quoted pieces in parentheses on indented lines; None when it cannot be read."""
     first = lines[start][1]
@@ -92,8 +152,8 @@ def read_printed_string(lines: list[tuple[int, str]], start: int) -> tuple[str, 
     index = start
     if parts[0].startswith("("):
         while not parts[-1].rstrip().endswith(")"):
-            index += 1
-            if index >= len(lines) or index - start >= MAX_LITERAL_LINES or not continued(lines[index][1]):
+            index = next_of_process(lines, index, start)
+            if index is None or not continued(lines[index][1]):
                 return None
             parts.append(lines[index][1])
     try:

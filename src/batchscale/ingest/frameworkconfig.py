@@ -18,6 +18,8 @@ from pathlib import Path
 
 from batchscale.errors import UserError
 from batchscale.ingest.inputs import read_input_text
+from batchscale.ingest.newer_frameworks import CONFIG_KEYS as NEWER_CONFIG_KEYS
+from batchscale.ingest.trl_batch import decide_trl_prompts
 
 # run descriptor field -> framework -> config keys, first present wins.
 CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -45,6 +47,14 @@ CONFIG_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
     "mini_batch_prompts": {"verl": ("actor_rollout_ref.actor.ppo_mini_batch_size",), "openrlhf": (), "trl": ()},
     "epochs": {"verl": ("actor_rollout_ref.actor.ppo_epochs",), "openrlhf": (), "trl": ()},
 }
+for _style, _fields in NEWER_CONFIG_KEYS.items():
+    for _field, _keys in _fields.items():
+        CONFIG_KEYS[_field][_style] = _keys
+# verl's fully-async trainer (experimental/fully_async_policy, b178a3c): data.train_batch_size is 0, and one logged
+# step (a parameter version) trains trigger_parameter_sync_step x require_batches mini-batches of
+# ppo_mini_batch_size prompts (docs/advance/fully_async.md)
+FULLY_ASYNC_KEYS = ("async_training.trigger_parameter_sync_step", "async_training.require_batches",
+                    "actor_rollout_ref.actor.ppo_mini_batch_size")
 HYDRA_LEVELS_UP = 3
 MAX_CONFIG_BYTES = 16 * 2**20
 MAX_CONFIG_KEYS = 100_000
@@ -186,6 +196,8 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
             break
     if style == "trl" and "prompts_per_step" not in fields:
         derive_trl_prompts(config, fields, notes)
+    if style == "verl" and not fields.get("prompts_per_step") and all(key in config for key in FULLY_ASYNC_KEYS):
+        derive_fully_async_prompts(config, fields, notes)
     if style == "verl" and "samples_per_prompt" not in fields and "actor_rollout_ref.rollout.name" in config \
             and "actor_rollout_ref.rollout.n" not in config:
         fields["samples_per_prompt"] = 1
@@ -194,31 +206,21 @@ def read_run_fields(config: dict, style: str, notes: list[str]) -> dict:
     return fields
 
 
-TRL_BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "world_size", "num_generations")
-
-
 def derive_trl_prompts(config: dict, fields: dict, notes: list[str]) -> None:
-    """TRL's P: each optimizer step (the logged step) takes per_device_train_batch_size x gradient_accumulation_steps
-    x processes completions, generated fresh once every num_iterations passes (TRL's `_prepare_inputs` reuses a
-    generation batch num_iterations times), so P = that / num_iterations / num_generations."""
-    values = [config.get(key) for key in TRL_BATCH_KEYS]
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
-        missing = [key for key, v in zip(TRL_BATCH_KEYS, values) if not isinstance(v, int)]
-        notes.append(f"P not derivable from the training arguments (no {', '.join(missing)})")
+    """TRL's P from its training arguments, the batch's unit decided from the evidence (trl_batch.py)."""
+    decide_trl_prompts(config, fields, notes)
+
+
+def derive_fully_async_prompts(config: dict, fields: dict, notes: list[str]) -> None:
+    """P of one logged step of verl's fully-async trainer (FULLY_ASYNC_KEYS): the prompts of the mini-batches it
+    trains between two parameter syncs; updates_per_step follows from mini_batch_prompts."""
+    try:
+        trigger, require, mini_batch = (int(config[key]) for key in FULLY_ASYNC_KEYS)
+    except (TypeError, ValueError):
         return
-    per_device, accumulation, processes, group = values
-    iterations = config.get("num_iterations") if isinstance(config.get("num_iterations"), int) else 1
-    completions = per_device * accumulation * processes
-    if completions % (iterations * group):
-        notes.append(f"{completions} completions per optimizer step are not a whole number of groups of {group} "
-                     f"per generation ({iterations} iteration(s)); P not derived")
+    if min(trigger, require, mini_batch) < 1:
         return
-    fields["prompts_per_step"] = completions // (iterations * group)
-    steps_per_generation = config.get("steps_per_generation")
-    notes.append(
-        f"P = per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x {processes} "
-        f"process(es) / num_iterations {iterations} / num_generations {group} = {fields['prompts_per_step']} "
-        "fresh prompts per optimizer step (a TRL step is one optimizer step)"
-        + (f"; one generation batch serves {steps_per_generation * iterations // accumulation} optimizer steps "
-           f"(steps_per_generation {steps_per_generation})" if isinstance(steps_per_generation, int)
-           and steps_per_generation * iterations != accumulation else ""))
+    fields["prompts_per_step"] = trigger * require * mini_batch
+    notes.append(f"fully-async verl: a logged step is one parameter version, trigger_parameter_sync_step {trigger} x "
+                 f"require_batches {require} x ppo_mini_batch_size {mini_batch} = {fields['prompts_per_step']} prompts "
+                 "(data.train_batch_size is not used)")

@@ -10,13 +10,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from batchscale.config import read_lr_rule
 from batchscale.errors import UserError
 from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
 from batchscale.ingest.frameworkconfig import find_config_file, read_config_file
 from batchscale.ingest.inputs import input_kind
+from batchscale.ingest.newer_formats import newer_reader
+from batchscale.ingest.newer_frameworks import STEP_KEYS_BY_FRAMEWORK
 from batchscale.ingest.openrlhf_console import looks_like_text, read_openrlhf_console
 from batchscale.ingest.records import build_records
+from batchscale.ingest.runs import check_one_run
 from batchscale.ingest.tensorboard import read_tensorboard
 from batchscale.ingest.trl import read_trl_state
 from batchscale.ingest.verl import read_verl
@@ -31,7 +35,7 @@ def read_openrlhf(path: Path) -> ParsedLog:
 
 
 READERS = {"verl": read_verl, "openrlhf": read_openrlhf, "tensorboard": read_tensorboard, "trl": read_trl_state,
-           "wandb-csv": read_wandb_csv}
+           "wandb-csv": read_wandb_csv, **{style: newer_reader(style) for style in STEP_KEYS_BY_FRAMEWORK}}
 STREAMED_NOT = ("tensorboard",)  # formats whose reader needs a regular file (TFRecord reader, by name)
 MULTI_RUN_FORMATS = ("wandb-csv",)  # a chart export may hold several runs: OUT is then their parent
 ALGORITHM_NAMES = {"gae": "ppo"}  # verl / OpenRLHF estimator names that batchscale calls differently
@@ -53,7 +57,7 @@ def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
     return READERS[fmt](path)
 
 
-def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
+def attach_framework_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
     """Attach the framework config to `parsed`: the one given with --config, else the one the log printed (verl's
     console), else a verl Hydra config.yaml found beside or above the log (frameworkconfig.find_config_file)."""
     if config_path is not None:
@@ -132,8 +136,9 @@ def safe_name(name: str) -> str:
 def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prompts_per_step: int | None,
                 samples_per_prompt: int | None, seed: int | None, config_path: Path | None, lr_rule: str | None):
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
+    check_one_run(str(path), parsed)
     normalize_legacy_verl(parsed)
-    load_config(parsed, path, config_path)
+    attach_framework_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     records, report = build_records(parsed, str(path), prompts * group, prompts, fields.pop("samples_by_step", None))
@@ -162,12 +167,10 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
     return descriptor, records, summarize_run(descriptor, records, finished=None)  # a log cannot say it finished
 
 
-LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
-
-
 def check_lr_rule(lr_rule: str | None) -> None:
-    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5)."""
-    if lr_rule is not None and not LR_RULE.match(lr_rule):
+    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5:
+    `config.read_lr_rule`)."""
+    if lr_rule is not None and read_lr_rule(lr_rule) is None:
         raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
 
 

@@ -45,14 +45,14 @@ def parse_value(text: str):
     return {"true": True, "false": False, "null": None}.get(text.lower(), text)
 
 
-def read_launch_options(lines: list[tuple[int, str]], style: str, problems: list[str],
+def read_launch_options(lines: list, style: str, problems: list[str],
                         notes: list[str]) -> tuple[dict, list[int]]:
     """({dotted key: value}, line numbers) of the launch options found in a console's cleaned lines."""
     keys = known_keys(style)
     pattern = FLAG if style == "openrlhf" else HYDRA_OVERRIDE
     found: dict[str, tuple[object, int]] = {}
     unresolved, disagreements = [], []
-    for number, line in lines:
+    for number, line, *_ in lines:
         if "=" not in line and "--" not in line:
             continue
         for match in pattern.finditer(line):
@@ -74,7 +74,7 @@ def read_launch_options(lines: list[tuple[int, str]], style: str, problems: list
     return {key: value for key, (value, _) in found.items()}, sorted({number for _, number in found.values()})
 
 
-def attach_launch_options(parsed, path, lines: list[tuple[int, str]]) -> None:
+def attach_launch_options(parsed, path, lines: list) -> None:
     """Set `parsed.command_config` / `command_path` from the launch options in `lines` (see module docstring)."""
     options, numbers = read_launch_options(lines, parsed.style, parsed.problems, parsed.notes)
     if options:

@@ -43,7 +43,7 @@ def read_openrlhf_console(path: Path) -> ParsedLog:
     lines = clean_lines(read_input_text(path))
     parsed = ParsedLog(rows=[], style="openrlhf", shape="console text")
     skipped = []
-    for index, (number, line) in enumerate(lines):
+    for index, (number, line, _) in enumerate(lines):
         for pattern, prefix in ((STEP_LINE, "train/"), (EVAL_LINE, "eval/")):
             match = pattern.search(line)
             if not match:

@@ -10,16 +10,27 @@ dataclasses (`AcceleratorConfig`, accelerate's `PartialState`) the same way, and
 
 In the tree, an object is an `Instance(cls, args, state)` and a global only a `Global(module, name)` name. A call
 (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) of anything outside ALLOWED_MODULES and ALLOWED_GLOBALS (configuration classes and enums
-of transformers, TRL, accelerate, peft; `torch.device`, `OrderedDict`, `set`, paths, `timedelta`) is refused with an error naming it,
+of transformers, TRL, accelerate, peft, Unsloth's compiled trainers (`UnslothGRPOTrainer.UnslothGRPOConfig`), vLLM's
+`SamplingParams` (an Unsloth config field); `torch.device`, `OrderedDict`, `set`, paths, `timedelta`) is refused with
+an error naming it,
 so a crafted file (`__reduce__` returning `os.system`) is rejected, and even then nothing would have run. Opcodes
-outside the table (extension registry, `PERSID`: tensors) are refused too. Sizes are capped.
+outside the table (extension registry, `PERSID`: tensors) are refused too.
+
+Every size is capped, since a small file can describe a huge value: the file (MAX_FILE_BYTES) and its opcodes
+(MAX_OPCODES), so no container is wider than that; an integer wider than 64 bits (a 5,000-digit batch size) is
+refused; a zip member must be stored or deflated (torch.save stores), unencrypted, and no larger than MAX_FILE_BYTES
+by its declared size and by what it really expands to (a zip bomb stops there); and `plain`, which expands shared
+references (a memo GET) into copies, stops at MAX_VALUES values and MAX_TEXT_CHARS characters in all, so forty
+nested lists that each hold the previous twice (2^40 leaves from 500 bytes) are refused at once, not expanded.
 """
 
 from __future__ import annotations
 
 import io
 import pickletools
+import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +39,19 @@ from batchscale.ingest.inputs import read_input_bytes
 
 MAX_FILE_BYTES = 32 * 2**20  # a training_args.bin is a few kB
 MAX_OPCODES = 200_000
-ALLOWED_MODULES = ("transformers.", "trl.", "accelerate.", "peft.")
+ALLOWED_MODULES = ("transformers.", "trl.", "accelerate.", "peft.", "unsloth.", "unsloth_zoo.",
+                   "unsloth_compiled_cache.", "vllm.sampling_params")
+# Unsloth compiles its config classes (UnslothGRPOConfig, a subclass of TRL's GRPOConfig) into a module of the same
+# name as the trainer, imported from unsloth_compiled_cache/ on sys.path: pickled as `UnslothGRPOTrainer`
+UNSLOTH_COMPILED = re.compile(r"^Unsloth\w*Trainer$")
 ALLOWED_GLOBALS = frozenset({("torch", "device"), ("collections", "OrderedDict"), ("builtins", "set"),
                              ("builtins", "frozenset"), ("datetime", "timedelta"),  # value types, never code
                              ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath")})
 MAX_DEPTH = 64
+MAX_VALUES = 100_000  # values in the expanded tree: a TrainingArguments holds a few hundred
+MAX_TEXT_CHARS = 16 * 2**20  # characters of text in the expanded tree
+MAX_INT_BITS = 64
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 MARK = object()
 
 
@@ -54,20 +73,41 @@ class Instance:
 
 def allowed(callable_) -> bool:
     return isinstance(callable_, Global) and (callable_.module.startswith(ALLOWED_MODULES) or
-                                              (callable_.module, callable_.name) in ALLOWED_GLOBALS)
+                                              (callable_.module, callable_.name) in ALLOWED_GLOBALS or
+                                              bool(UNSLOTH_COMPILED.match(callable_.module)))
 
 
 def read_pickle_bytes(path: Path) -> bytes:
-    """The pickle inside `path`: the one `*/data.pkl` of a torch zip, else the file itself."""
+    """The pickle inside `path`: the one `*/data.pkl` of a torch zip, else the file itself (see module docstring for
+    what a zip member must be)."""
     data = read_input_bytes(path, MAX_FILE_BYTES)
     if not zipfile.is_zipfile(io.BytesIO(data)):
         return data
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        members = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
-        if len(members) != 1 or members[0].file_size > MAX_FILE_BYTES:
-            raise UserError(str(path), "a zip without exactly one data.pkl (torch.save's layout)",
-                            "pass the training_args.bin the Trainer saved")
-        return archive.read(members[0])
+    fix = "pass the training_args.bin the Trainer saved"
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = [info for info in archive.infolist() if info.filename.endswith("data.pkl")]
+            if len(members) != 1:
+                raise UserError(str(path), "a zip without exactly one data.pkl (torch.save's layout)", fix)
+            member = members[0]
+            if member.flag_bits & 0x1:
+                raise UserError(str(path), f"its {member.filename} is encrypted; refused", fix)
+            if member.compress_type not in ZIP_METHODS:
+                raise UserError(str(path), f"its {member.filename} is compressed with method {member.compress_type} "
+                                f"(torch.save stores, and this reads only {' or '.join(ZIP_METHODS.values())}); "
+                                "refused", fix)
+            if member.file_size > MAX_FILE_BYTES:
+                raise UserError(str(path), f"its {member.filename} declares {member.file_size:,} bytes, more than "
+                                f"the {MAX_FILE_BYTES:,} a training_args.bin may hold; refused", fix)
+            with archive.open(member) as stream:
+                content = stream.read(MAX_FILE_BYTES + 1)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError, EOFError, OSError,
+            zlib.error, ValueError) as e:  # a CRC or size that does not match, a torn archive
+        raise UserError(str(path), f"not a readable zip ({type(e).__name__}: {str(e)[:160]})", fix) from None
+    if len(content) > MAX_FILE_BYTES:
+        raise UserError(str(path), f"its data.pkl expands past the {MAX_FILE_BYTES:,} bytes a training_args.bin may "
+                        "hold (a zip bomb?); refused", fix)
+    return content
 
 
 def read_pickle_tree(path: Path):
@@ -104,6 +144,8 @@ def read_pickle_tree(path: Path):
                 return stack.pop() if stack else None
             if name == "MARK":
                 stack.append(MARK)
+            elif name in ("INT", "LONG", "LONG1", "LONG4") and isinstance(arg, int) and arg.bit_length() > MAX_INT_BITS:
+                refuse(f"it holds an integer of {arg.bit_length():,} bits, wider than any training argument")
             elif name in ("BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4", "BINFLOAT", "FLOAT",
                           "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
                           "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8"):
@@ -189,19 +231,32 @@ def hashable(key):
     return key if isinstance(key, (str, int, float, bool, type(None))) else str(key)
 
 
-def plain(value, depth: int = 0):
+class TreeTooLarge(ValueError):
+    """The tree expands past MAX_VALUES values or MAX_TEXT_CHARS characters (plain)."""
+
+
+def plain(value, limits: list[int] | None = None, depth: int = 0):
     """The tree as dicts, lists and scalars: an object becomes its state (fields), an enum its value; deeper than
-    MAX_DEPTH (a self-reference) becomes None."""
+    MAX_DEPTH (a self-reference) becomes None. Shared references are expanded into copies, so the expansion is
+    counted (`limits`: values and characters left) and raises TreeTooLarge past MAX_VALUES or MAX_TEXT_CHARS."""
+    limits = [MAX_VALUES, MAX_TEXT_CHARS] if limits is None else limits
+    limits[0] -= 1
+    if isinstance(value, (str, bytes)):
+        limits[1] -= len(value)
+    if limits[0] < 0 or limits[1] < 0:
+        raise TreeTooLarge(f"it expands to more than {MAX_VALUES:,} values or {MAX_TEXT_CHARS:,} characters "
+                           "(shared references copied)")
     if depth > MAX_DEPTH:
         return None
     if isinstance(value, Instance):
         if value.state:
-            return {key: plain(item, depth + 1) for key, item in value.state.items()}
-        return plain(value.args[0], depth + 1) if len(value.args) == 1 else [plain(a, depth + 1) for a in value.args]
+            return {key: plain(item, limits, depth + 1) for key, item in value.state.items()}
+        return plain(value.args[0], limits, depth + 1) if len(value.args) == 1 else \
+            [plain(a, limits, depth + 1) for a in value.args]
     if isinstance(value, dict):
-        return {key: plain(item, depth + 1) for key, item in value.items()}
+        return {key: plain(item, limits, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(item, depth + 1) for item in value]
+        return [plain(item, limits, depth + 1) for item in value]
     if isinstance(value, Global):
         return str(value)
     if isinstance(value, bytes):

@@ -34,6 +34,9 @@ from batchscale.ingest.common import (
     NULL_KEPT,
     STEP_KEY_MAP,
     STEP_KEYS as LOG_STEP_KEYS,  # where each framework logs its step (rundir's STEP_KEYS: the contract's keys)
+    VARIANCE_PROXY_KEYS,
+    VARIANCE_PROXY_NOTE,
+    VARIANCE_PROXY_UNSET,
     ParsedLog,
     eval_name,
     is_known_key,
@@ -175,6 +178,10 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
         unknown_keys.update(k for k in metrics if not is_known_key(style, k))
         base = {"step": step, "samples": samples_at[step], "wall_s": None, "_time_s": entry["time_s"]}
         mapped = map_step_metrics(style, metrics)
+        if style == "verl" and "actor/grad_norm" not in metrics:  # verl logs 0.0 when it had no gradient norm
+            for key in VARIANCE_PROXY_UNSET:
+                if mapped.get(key) == 0.0:
+                    mapped.pop(key)
         if mapped:
             if "response/length_mean" in mapped:
                 step_samples = (samples_by_step or {}).get(step, samples_per_step)
@@ -210,6 +217,9 @@ def build_records(parsed: ParsedLog, path: str, samples_per_step: int, prompts_p
     }
     if any("tokens/generated" in r for r in step_records):
         parsed.notes.append("tokens/generated is derived: response/length_mean x samples_per_step")
+    if any(key in r for r in step_records for key in VARIANCE_PROXY_KEYS):
+        parsed.notes.append(VARIANCE_PROXY_NOTE)
+    note_logged_throughput(step_records, samples_per_step, samples_by_step, parsed.notes)
     if eval_records and not report["eval_primary"]:
         parsed.notes.append("no accuracy-like eval metric found; eval records carry their metrics under eval/ only")
     return records, report
@@ -269,3 +279,17 @@ def list_missing_keys(style: str, step_records: list) -> list[str]:
     if present & set(CRITIC_STEP_KEYS):
         wanted += CRITIC_STEP_KEYS  # a PPO run: the critic keys are part of its contract
     return [f"{key}: not provided by {style}" for key in wanted if key not in present]
+
+
+def note_logged_throughput(step_records: list, samples_per_step: int, samples_by_step: dict | None,
+                           notes: list[str]) -> None:
+    """Where the log states its own per-GPU sample throughput (xtuner's throughput/effective_sgs, NeMo-RL's
+    performance/samples_per_sec_per_gpu), the GPU count it implies: q of the step (samples / time/step) over it."""
+    key = "throughput/samples_per_s_per_gpu"
+    gpus = [(samples_by_step or {}).get(r["step"], samples_per_step) / r["time/step"] / r[key] for r in step_records
+            if r.get(key) and r.get("time/step")]
+    if gpus:
+        middle = statistics.median(gpus)
+        notes.append(f"the log's {key} x {middle:.2f} training GPUs = samples per step / time/step, batchscale's q "
+                     f"of the step (the implied GPU count varies by {max(gpus) / min(gpus) - 1:.1%} over "
+                     f"{len(gpus)} steps)")

@@ -24,8 +24,11 @@ num_generations` is not P in general (it ignores processes, gradient accumulatio
 not used; a `num_generations` in the state (some forks) hints G. The checkpoint's `training_args.bin` (the
 `GRPOConfig` the Trainer saved beside the state, read by pickle opcodes only: pickle_tree.py) is the run's config:
 `per_device_train_batch_size`, `gradient_accumulation_steps`, `num_generations`, `num_iterations`,
-`steps_per_generation`, and the process count (accelerate's `distributed_state.num_processes`, else
-`generation_batch_size / (per_device_train_batch_size x steps_per_generation)`), from which frameworkconfig derives P.
+`steps_per_generation`, `_n_gpu`, and the process count (accelerate's `distributed_state.num_processes`, else
+`generation_batch_size / (per_device_train_batch_size x steps_per_generation)`), from which trl_batch.py derives P
+with the batch's unit decided from the evidence (the TRL version a model card beside the checkpoint records, the
+fields the arguments hold, divisibility). Classes that wrap TRL's config (Unsloth's `UnslothGRPOConfig`, a subclass
+of GRPOConfig compiled into `unsloth_compiled_cache`) are read by their fields the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
 from batchscale.ingest.frameworkconfig import flatten_mapping
 from batchscale.ingest.inputs import read_input_text
-from batchscale.ingest.pickle_tree import plain, read_pickle_tree
+from batchscale.ingest.pickle_tree import TreeTooLarge, plain, read_pickle_tree
+from batchscale.ingest.trl_batch import COMPLETE, VERSION
 from batchscale.rundir.run import GNS_STEP_KEYS
 
 REWARD_FUNCTION_MEAN = re.compile(r"^rewards/[^/]+/mean$")
@@ -51,6 +55,7 @@ GNS_NOTE = ("gns/* were logged by batchscale's GradientNoiseCallback (batchscale
             "differs from a group-unit one by 1 + (G - 1) x their within-group correlation; docs/IMPORT.md)")
 
 TRAINING_ARGS = "training_args.bin"  # transformers' TRAINING_ARGS_NAME, torch.save'd by Trainer._save
+MAX_CARD_BYTES = 2**20
 FIX = "pass the trainer_state.json the Hugging Face / TRL Trainer saved (its log_history entries carry a 'step')"
 
 
@@ -131,21 +136,41 @@ def read_training_args(args_path: Path, parsed: ParsedLog) -> None:
     if not args_path.is_file():  # a pipe or device of that name is not the Trainer's file
         return
     tree = read_pickle_tree(args_path)
-    args = plain(tree)
+    try:
+        args = plain(tree)
+    except TreeTooLarge as e:
+        raise UserError(str(args_path), f"{e}; refused, nothing in it was run",
+                        "pass the training_args.bin a Hugging Face / TRL Trainer saved") from None
     if not isinstance(args, dict) or "per_device_train_batch_size" not in args:
         parsed.notes.append(f"{args_path} holds no training arguments ({getattr(tree, 'cls', type(tree).__name__)}); "
                             "ignored")
         return
     config = flatten_mapping({k: v for k, v in args.items() if k != "distributed_state"})
-    processes = (args.get("distributed_state") or {}).get("num_processes") if isinstance(
-        args.get("distributed_state"), dict) else None
-    if not isinstance(processes, int):
-        generation_batch, per_device = args.get("generation_batch_size"), args.get("per_device_train_batch_size")
-        steps = args.get("steps_per_generation")
-        if all(isinstance(v, int) and v > 0 for v in (generation_batch, per_device, steps)) and \
-                generation_batch % (per_device * steps) == 0:
-            processes = generation_batch // (per_device * steps)
-    if isinstance(processes, int) and processes >= 1:
-        config["world_size"] = processes
+    state = args.get("distributed_state") if isinstance(args.get("distributed_state"), dict) else {}
+    if isinstance(state.get("num_processes"), int) and state["num_processes"] >= 1:
+        config["world_size"] = state["num_processes"]
+    if state.get("distributed_type") is not None:
+        config["distributed_type"] = str(state["distributed_type"])
+    config[COMPLETE] = True
+    version = model_card_version(args_path.parent)
+    if version:
+        config[VERSION] = version
     parsed.config = config
     parsed.config_path = f"{args_path} ({getattr(tree, 'cls', '?')}, read by pickle opcodes; nothing run)"
+
+
+MODEL_CARD_VERSION = re.compile(r"^- TRL: (\S+)\s*$", re.MULTILINE)  # TRL's templates/lm_model_card.md
+
+
+def model_card_version(checkpoint: Path) -> str | None:
+    """The TRL version the model card TRL writes (README.md in the checkpoint or the output directory above it)
+    records, if any; a README that is not TRL's card (PEFT writes one too) gives None."""
+    for card in (checkpoint / "README.md", checkpoint.parent / "README.md"):
+        try:
+            if card.is_file() and card.stat().st_size <= MAX_CARD_BYTES:
+                found = MODEL_CARD_VERSION.search(card.read_text(errors="replace"))
+                if found:
+                    return found.group(1)
+        except OSError:
+            continue
+    return None

@@ -23,7 +23,7 @@ from batchscale.errors import UserError
 from batchscale.ingest.common import ParsedLog, RawRow, parse_step
 from batchscale.ingest.frameworkconfig import read_config_file
 from batchscale.ingest.inputs import input_kind, read_input_text
-from batchscale.ingest.verl_console import is_verl_console, read_verl_console
+from batchscale.ingest.verl_console import is_verl_console, missing_metrics_error, read_verl_console
 
 STEP_KEY_FIX = ("each line must be {\"step\": N, \"data\": {...}} (verl's file logger) or {\"step\": N, ...} "
                 "(flat JSONL)")
@@ -47,6 +47,9 @@ def read_verl(path: Path) -> ParsedLog:
         if wandb_files:
             read_wandb_run_config(wandb_files, parsed)
         return parsed
+    no_metrics = missing_metrics_error(path, text)
+    if no_metrics is not None:
+        raise no_metrics
     raise UserError(f"{path}: line 1", "neither JSON nor a verl console line (`step:N - key:value`)", SHAPE_FIX
                     + "; is FORMAT right?")
 
@@ -79,9 +82,13 @@ def pick_log_file(path: Path) -> Path:
     if input_kind(path) != "directory":  # a file, or a pipe read as a stream
         return path
     candidates = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".jsonl", ".log", ".txt"))
-    if len(candidates) != 1:
-        raise UserError(str(path), f"expected one .jsonl or .log file in the directory, found {len(candidates)}",
-                        "pass the verl log file itself")
+    if not candidates:
+        raise UserError(str(path), "holds no .jsonl, .log or .txt file", "pass the verl log file itself")
+    if len(candidates) > 1:  # several logs are several runs (or parts of one): the user says which
+        shown = ", ".join(p.name for p in candidates[:4]) + (", ..." if len(candidates) > 4 else "")
+        raise UserError(str(path), f"holds {len(candidates)} logs ({shown}), one run per import",
+                        f"import each log on its own: batchscale import verl {candidates[0]} --out RUN_DIR (a run "
+                        "resumed into a second log: concatenate them in order and import the result)")
     return candidates[0]
 
 

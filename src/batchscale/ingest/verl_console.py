@@ -38,6 +38,7 @@ from batchscale.ingest.console import (
 )
 from batchscale.ingest.frameworkconfig import flatten_mapping
 from batchscale.ingest.launch import attach_launch_options
+from batchscale.ingest.runs import Piece, group_runs, several_runs_error
 from batchscale.ingest.verl_legacy import BARE_TEST_SCORE, is_bare_validation
 
 STEP_LINE = re.compile(r"^step:(\d+)(?: - (.*))?$")
@@ -51,7 +52,7 @@ VALIDATION_PRINT = re.compile(r"(?P<when>Initial|Final) validation metrics: ")
 def is_verl_console(text: str) -> bool:
     """True when some printed line of `text` is a verl console step line."""
     for line in text.split("\n")[:CONSOLE_PROBE_LINES]:
-        if any(STEP_LINE.match(segment.strip()) for segment in clean_segments(line)):
+        if any(STEP_LINE.match(segment.strip()) for _, segment in clean_segments(line)):
             return True
     return False
 
@@ -63,8 +64,10 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     unknown, unreadable, rounded, values = [], [], 0, 0
     index = 0
     printed_validation = {}  # "Initial" / "Final" -> (line number, metrics)
+    unread_configs: list[int] = []  # lines where a printed config starts that does not close or parse
+    configs: list[tuple[int, dict]] = []  # (line, flattened config) of every config printed (several: several runs?)
     while index < len(lines):
-        number, line = lines[index]
+        number, line = lines[index][:2]
         stripped = line.strip()
         validation = VALIDATION_PRINT.search(stripped)
         if validation and not STEP_LINE.match(stripped):
@@ -72,17 +75,21 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
             if metrics:
                 printed_validation.setdefault(validation.group("when"), (number, metrics))
             continue
-        if not parsed.config and stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
+        if stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
             literal = read_literal(lines, index)
             if literal is not None and isinstance(literal[0], dict):
                 try:
-                    parsed.config = flatten_mapping(literal[0])
+                    configs.append((number, flatten_mapping(literal[0])))
                 except ValueError as e:  # far larger than any config
                     parsed.problems.append(f"the dict printed at line {number} was ignored ({e})")
                 else:
-                    parsed.config_path = f"{path} (config printed at start-up, line {number})"
+                    if not parsed.config:
+                        parsed.config = configs[0][1]
+                        parsed.config_path = f"{path} (config printed at start-up, line {number})"
                 index = literal[1]
                 continue
+            if number not in unread_configs:
+                unread_configs.append(number)
         match = STEP_LINE.match(stripped)
         index += 1
         if not match:
@@ -104,8 +111,12 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
             metrics[key] = value
         parsed.rows.append(RawRow(step=int(match.group(1)), metrics=metrics, where=f"line {number}"))
     drop_torn_last_line(parsed, text)
+    if unread_configs and not parsed.config:
+        parsed.problems.append(f"the config printed at line {unread_configs[0]} does not close or parse (a line of it "
+                               "is missing or damaged: an edited log?); it was not used")
     if not parsed.rows:
         raise UserError(str(path), "no `step:N - key:value` line", "pass the console log of a verl training run")
+    check_printed_configs(path, parsed, configs)
     add_printed_validation(parsed, printed_validation)
     attach_launch_options(parsed, path, lines)
     if values and rounded == values:
@@ -120,7 +131,23 @@ def read_verl_console(path: Path, text: str) -> ParsedLog:
     return parsed
 
 
-def read_validation_print(lines: list[tuple[int, str]], index: int) -> tuple[dict, int]:
+def check_printed_configs(path: Path, parsed: ParsedLog, configs: list[tuple[int, dict]]) -> None:
+    """Each verl start prints its config: a log that printed several (`tee -a` of several launches) is several runs
+    when they differ in what defines a run (runs.py); the same config printed again is a resumed run."""
+    if len(configs) < 2:
+        return
+    bounds = [number for number, _ in configs] + [float("inf")]
+    pieces = [Piece(name=f"the run started at line {number}", config=config,
+                    rows=[row for row in parsed.rows if bounds[i] <= int(row.where.split()[-1]) < bounds[i + 1]])
+              for i, (number, config) in enumerate(configs)]
+    runs, reasons = group_runs(parsed.style, [piece for piece in pieces if piece.rows], in_order=True)
+    if len(runs) > 1:
+        raise several_runs_error(str(path), parsed.style, runs, reasons,
+                                 "import one run at a time: cut the log before the line where the next run prints "
+                                 "its config (e.g. head -n / tail -n +) and import each part")
+
+
+def read_validation_print(lines: list, index: int) -> tuple[dict, int]:
     """({metric: value}, index after it) of a pprinted `"Initial validation metrics: {...}"` string starting at
     `lines[index]`; ({}, index + 1) when it cannot be read."""
     read = read_printed_string(lines, index)
@@ -165,3 +192,46 @@ def drop_torn_last_line(parsed: ParsedLog, text: str) -> None:
     if parsed.rows and parsed.rows[-1].where == last:
         parsed.rows.pop()
         parsed.problems.append(f"{last} (the last) is cut mid-line (no newline at the end of the log) and was skipped")
+
+
+LOGGER_OVERRIDE = re.compile(r"trainer\.logger=(?P<value>\S+)")
+VERL_MARKS = ("verl.trainer.main_ppo", "Training Progress:")
+WHERE_METRICS_GO = {
+    "wandb": "W&B (export the run's history as CSV and import it: batchscale import wandb-csv HISTORY.csv)",
+    "tensorboard": "TensorBoard ($TENSORBOARD_DIR, else tensorboard_log/<project_name>/<experiment_name>: batchscale "
+                   "import tensorboard DIR)",
+    "file": "verl's file logger ($VERL_FILE_LOGGER_PATH, else <project_name>/<experiment_name>.jsonl: batchscale "
+            "import verl FILE)",
+    "mlflow": "MLflow", "swanlab": "SwanLab", "vemlp_wandb": "W&B (Volcengine)", "clearml": "ClearML",
+}
+
+
+def missing_metrics_error(path: Path, text: str) -> UserError | None:
+    """For a verl console with no step line (the run logged its metrics elsewhere, or stopped before its first
+    step): an error that says so and where its trainer.logger sent them; None when `text` is no verl console."""
+    lines = clean_lines(text[: 64 * 2**20])
+    config_line, loggers = None, None
+    for index, (number, line, *_) in enumerate(lines):
+        stripped = line.strip()
+        override = LOGGER_OVERRIDE.search(line)
+        if override and loggers is None:
+            loggers = [name.strip("'\" ") for name in override.group("value").strip("'\"[]").split(",")]
+        if config_line is None and stripped.startswith("{") and any(f"'{s}'" in stripped for s in CONFIG_SECTIONS):
+            config_line = number
+            literal = read_literal(lines, index)
+            if literal is not None and isinstance(literal[0], dict):
+                logged = flatten_mapping(literal[0]).get("trainer.logger")
+                loggers = [str(v) for v in logged] if isinstance(logged, list) else loggers
+    if config_line is None and loggers is None and not any(mark in text for mark in VERL_MARKS):
+        return None
+    seen = f"the config printed at line {config_line}" if config_line else "verl's start-up lines"
+    elsewhere = [WHERE_METRICS_GO.get(name, name) for name in (loggers or []) if name != "console"]
+    if loggers is not None and not elsewhere:
+        where = ("its trainer.logger is ['console'], so the run stopped before its first step: there are no "
+                 "metrics to import")
+    elif elsewhere:
+        where = f"its trainer.logger {loggers} sent them to {'; '.join(elsewhere)}"
+    else:
+        where = "verl prints a step line only with 'console' in trainer.logger; look for the run in W&B or TensorBoard"
+    return UserError(str(path), f"holds no metrics: a verl console ({seen}) without a single `step:N - key:value` "
+                     f"line", f"import the metrics where they went: {where}")

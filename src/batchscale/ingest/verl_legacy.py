@@ -15,7 +15,9 @@ at v0.1, `9fa2cfb`, 2024-12-12, and up to `018b0d7`, 2025-01-17):
   made), so step 0 counts one step of samples. The validation before training (`logger.log(val_metrics, step=0)`
   from 2856be4, or only the `Initial validation metrics: {...}` print at v0.1) and after it (`step=global_steps`,
   already the number of updates) hold bare `test_score/<source>` keys: they keep their step;
-- validation inside a step line is `val/test_score/<source>`; the bare `test_score/<source>` keys become the same.
+- validation inside a step line is `val/test_score/<source>`; the bare `test_score/<source>` keys become the same;
+- a log holding `<role>/lr(1e-4)` names predates 2856be4, so it predates `actor_rollout_ref.rollout.n` (2997e5d): it
+  generated one response per prompt, and G = 1 is the log's own evidence (a hint: a config or flag still wins).
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ def normalize_legacy_verl(parsed: ParsedLog) -> None:
         if zero_based and not bare:
             row.step += 1
     drop_repeated_final_validation(parsed)
+    if any(SCALED_LR.match(key) for key in legacy_keys):
+        parsed.batch_hints.setdefault("samples_per_prompt", 1)
+        parsed.hint_reasons["samples_per_prompt"] = (
+            "the log's <role>/lr(1e-4) names date it before 2856be4 (2025-01-02), when verl had no "
+            "actor_rollout_ref.rollout.n (added at 2997e5d, 2025-01-05): one response per prompt")
     parsed.notes.append("verl before 2025-01-17 names (timing/<phase>, <role>/lr(1e-4), test_score/<source>) read as "
                         "timing_s/<phase>, <role>/lr (scaled), val/test_score/<source>")
     if summed_steps:

@@ -36,15 +36,16 @@ STEP_COLUMNS_REWRITTEN_TRL = ("train/global_step",)
 CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<band>__MIN|__MAX)?$")
 
 
-def read_wandb_csv(path: Path) -> ParsedLog | list[ParsedLog]:
-    """Parse a W&B CSV (history or chart export, detected from the header) into rows and detect the key style."""
+def read_wandb_csv(path: Path, style: str | None = None) -> ParsedLog | list[ParsedLog]:
+    """Parse a W&B CSV (history or chart export, detected from the header) into rows and detect the key style (a
+    history export's style is `style` when given)."""
     try:
-        return read_csv_text(path, read_input_text(path))  # a UTF-8 byte-order mark is dropped
+        return read_csv_text(path, read_input_text(path), style)  # a UTF-8 byte-order mark is dropped
     except csv.Error as e:  # a stray carriage return, a NUL: not a CSV W&B wrote
         raise UserError(str(path), f"not a readable CSV ({e})", FIX + "; is FORMAT right?") from None
 
 
-def read_csv_text(path: Path, text: str) -> ParsedLog | list[ParsedLog]:
+def read_csv_text(path: Path, text: str, forced_style: str | None = None) -> ParsedLog | list[ParsedLog]:
     """read_wandb_csv on the file's text."""
     if not text.strip():
         raise UserError(str(path), "the file is empty", FIX)
@@ -68,7 +69,7 @@ def read_csv_text(path: Path, text: str) -> ParsedLog | list[ParsedLog]:
     reader = csv.DictReader(io.StringIO(text))
     columns = [c for c in (reader.fieldnames or []) if c]
     metric_columns = {c for c in columns if c not in WANDB_COLUMNS}
-    style, trl_rewritten = detect_style(metric_columns)
+    style, trl_rewritten = (forced_style, False) if forced_style else detect_style(metric_columns)
     if not style:
         raise UserError(str(path), "no column matches verl, OpenRLHF or TRL metric names; is FORMAT right?", FIX)
     step_columns = STEP_COLUMNS_REWRITTEN_TRL if trl_rewritten else STEP_KEYS[style]

@@ -1,4 +1,4 @@
 """Pieces batchscale ships for other frameworks' training scripts, each in its own module that the rest of batchscale
 never imports (so `import batchscale` stays free of torch and transformers): `trl`, a Hugging Face `TrainerCallback`
 that logs batchscale's gradient-noise keys (`gns/*`) and phase timers from a TRL GRPOTrainer run, for `batchscale import
-trl` and `plan --predict` (docs/IMPORT.md, "Gradient noise from a TRL run")."""
+trl` and `batchscale predict` (docs/IMPORT.md, "Gradient noise from a TRL run")."""

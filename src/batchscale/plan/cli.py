@@ -64,10 +64,12 @@ def plan(
     To predict from one run before any sweep: `batchscale predict RUN_DIR`."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
-    from batchscale.rundir.tables import check_table_format, plan_table, write_tables
+    from batchscale.rundir.tables import check_table_format, check_table_outputs, plan_table, write_tables
 
     check_table_format(csv_path, "--csv")
     check_table_format(parquet_path, "--parquet")
+    check_table_outputs({"--csv": csv_path, "--parquet": parquet_path},
+                        {"PATH": path, "--table": table, "--generation-profile": generation_profile})
     if (model is None) != (hardware is None):
         raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
     memory = compute_memory_limit(model, hardware, context, mem_util, gpus=gpus, tensor_parallel=tensor_parallel,
@@ -90,14 +92,14 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     """Rich table to stdout, the winner highlighted (and a near-optimal set's other members marked ~), then the
     explanation, the verdict (the report's sentence, from the plan document `--json` prints) and the regime."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
-    from batchscale.plan.explain import describe_verdict, format_duration
+    from batchscale.markup import console_text, inert
+    from batchscale.plan.explain import describe_verdict, format_time_to_target
 
     console = Console(width=None if sys.stdout.isatty() else 140)
-    table = Table(title=f"Decision: T = N*/q, reference {escape(str(decision.reference))}")
+    table = Table(title=f"Decision: T = N*/q, reference {console_text(str(decision.reference))}")
     headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "realized T",
                "T/T_ref", "budget/N*_ref", "feasible")
     for name in headers:
@@ -111,11 +113,11 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
         n_star = censored if m.samples_to_target is None else \
             f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else "")
         table.add_row(
-            Text(("* " if r.label == decision.best else "~ " if near else "") + m.label),  # data, never markup
+            Text(("* " if r.label == decision.best else "~ " if near else "") + inert(m.label)),  # data, never markup
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             f"stopped: {m.extra['stopped']}" if m.extra.get("stopped") else n_star,
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
-            format_duration(r.time_to_target_s), format_duration(m.extra.get("time_to_target_realized")),
+            format_time_to_target(r.time_to_target_s), format_time_to_target(m.extra.get("time_to_target_realized")),
             _fmt(r.normalized_time_to_target, "{:.2f}"),
             _fmt(rows_json[m.label]["budget_over_reference_n_star"], "{:.2f}")
             + (" (cut)" if rows_json[m.label]["budget_cut"] else ""),
@@ -126,16 +128,16 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     for r in decision.rows:  # the table may wrap a long cell: say each stopped point whole
         if r.measurement.extra.get("stopped"):
             stopped = f"{r.label}: {r.measurement.extra['stopped']}."
-            console.print(f"[bold]Stopped:[/bold] {escape(stopped)}", highlight=False)
+            console.print(f"[bold]Stopped:[/bold] {console_text(stopped)}", highlight=False)
     for label in decision.not_run:
-        console.print(f"[bold]Not run:[/bold] {escape(label)} (the time budget ended before any seed of it ran).",
+        console.print(f"[bold]Not run:[/bold] {console_text(label)} (the time budget ended before any seed of it ran).",
                       highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
-    console.print(f"[bold]Best:[/bold] {escape(f'{best}. {explanation}')}", highlight=False)
+    console.print(f"[bold]Best:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
-    console.print(f"[bold]Verdict:[/bold] {escape(verdict)}", highlight=False)
-    console.print(f"[bold]Regime:[/bold] {escape(regime.sentence)}", highlight=False)
+    console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
+    console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)
 
 
 def _fmt(value, spec: str = "{}") -> str:

@@ -1,4 +1,4 @@
-"""`plan --predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
+"""`batchscale predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
 
 Learning side (McCandlish et al. 2018): the run logs the gradient noise terms every step (`gns/grad_sq`,
 `gns/trace_sigma`; see `telemetry.gradnoise`); its B_noise is the ratio of their means over the second half of the
@@ -10,7 +10,10 @@ batch B_ref:
     rN(B) = (1 + b(B) / B_noise) / (1 + b(B_ref) / B_noise)
 
 with b the samples per optimizer update (= B in the single pass; with PPO mini-batches every candidate keeps the run's
-split, b = B * samples_per_update / samples_per_step).
+split, b = B * samples_per_update / samples_per_step). Every candidate is a point of the run's lr family: its learning
+rate retuned from the run's by the run's lr rule (`lr_rule` in the document; McCandlish's link assumes each batch at its
+optimal step size, which the square-root rule stands in for). A batch trained at a fixed LR, or any other rule, is not
+a point the formula speaks for, and the output says so.
 
 Systems side: q(B) = B / t_step(B), each phase of the run's measured step carried to B by a model (`phase_times`).
 Then throughput_gain = q(B) / q(B_ref) and T/T_ref = rN / throughput_gain (the paper's decision rule); the predicted
@@ -40,7 +43,7 @@ class RooflineInputs:
     mem_util: float = 0.9
 
 
-def parse_batches(text: str | None, reference: int) -> list[int]:
+def parse_candidate_batches(text: str | None, reference: int) -> list[int]:
     """--batches as a comma list of positive integers (samples per step); default B_ref x 1/4 .. 16. The reference
     batch is always among them."""
     if text is None:
@@ -61,14 +64,15 @@ def parse_batches(text: str | None, reference: int) -> list[int]:
 
 def predict_from_run(run_dir: Path, batches: str | None = None, generation_profile: Path | None = None,
                      training_profile: Path | None = None, roofline: RooflineInputs | None = None) -> PredictionDocument:
-    """The prediction document of `plan --predict RUN_DIR` (inputs checked before any arithmetic)."""
+    """The prediction document of `batchscale predict RUN_DIR` (inputs checked before any arithmetic)."""
     if training_profile is not None and roofline is not None:
         raise UserError("--training-profile / --model", "are two sources for the training time",
                         "pass --training-profile, or --model --hardware --context, not both")
     run = read_run(Path(run_dir))
     b_noise = summarize_noise_scale(run.steps)
     if b_noise is None:
-        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)",
+        raise UserError(f"--predict {run_dir}", "logs no gns/b_noise (the online gradient noise scale)"
+                        + describe_variance_proxy(run.steps),
                         "train the run with this batchscale (every run logs it when an update holds two prompt "
                         "groups), or plan from a sweep")
     measured = measure_run_throughput(run)
@@ -76,7 +80,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         raise UserError(f"--predict {run_dir}", "has no timed steps (time/step, time/generate, time/train)",
                         "give a run whose step records carry the phase timers")
     reference = run.samples_per_step
-    candidates = parse_batches(batches, reference)
+    candidates = parse_candidate_batches(batches, reference)
     gen_profile = read_document(generation_profile, GenerationProfile, "--generation-profile") \
         if generation_profile else None
     train_profile = read_document(training_profile, TrainingProfile, "--training-profile") if training_profile else None
@@ -125,6 +129,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         "b_noise_steps": b_noise.steps,
         "b_noise_unresolved_steps": b_noise.unresolved_steps,
         "why_unresolved": why_unresolved,
+        "lr_rule": run.descriptor.lr_rule,
         "reference": {"label": run.label, "samples_per_step": reference,
                       "throughput_samples_per_s": q_ref, "step_s": measured.step_s},
         "best": {"samples_per_step": best, "low": min(known) if known else None,
@@ -133,6 +138,21 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
                                         "each carried from the run's median phase times after the first step"]),
         "rows": rows,
     })
+
+
+def describe_variance_proxy(steps: list[dict]) -> str:
+    """What an imported verl run's variance_proxy/* say and why they are no B_noise (docs/IMPORT.md), "" without."""
+    medians = {}
+    for name in ("proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise"):
+        values = sorted(s[f"variance_proxy/{name}"] for s in steps if f"variance_proxy/{name}" in s)
+        if values:
+            medians[name] = values[len(values) // 2]
+    if not medians:
+        return ""
+    shown = ", ".join(f"{name} {value:.3g}" for name, value in medians.items())
+    return (f"; it logs verl's variance_proxy/* (medians: {shown}), a forward-pass signal (advantages^2 x a "
+            "logit-space score norm, over ||g||^2 in parameter space), not the parameter-gradient noise B_noise "
+            "measures, so it is not used")
 
 
 def unresolved_reason(b_noise, samples_per_step: int) -> str | None:

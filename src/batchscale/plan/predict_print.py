@@ -1,4 +1,4 @@
-"""The table `batchscale plan --predict` prints (the numbers come from `plan.predict`, as its --json prints them)."""
+"""The table `batchscale predict` prints (the numbers come from `plan.predict`, as its --json prints them)."""
 
 from __future__ import annotations
 
@@ -37,3 +37,18 @@ def print_prediction(document: PredictionDocument) -> None:
                       "over B_noise's interval). rN = (1 + B/B_noise) / (1 + B_ref/B_noise); T/T_ref = rN / (q/q_ref).",
                       highlight=False)
     console.print(f"[bold]Throughput:[/bold] {document.throughput_method}", highlight=False)
+    console.print(f"[bold]LR family:[/bold] {lr_family_text(document.lr_rule)}", highlight=False)
+
+
+def lr_family_text(lr_rule: str | None) -> str:
+    """What the predicted rN assume about each batch's learning rate (`plan.predict`'s docstring), as console markup."""
+    from rich.markup import escape
+
+    rule = escape(lr_rule) if lr_rule else "unknown"
+    text = (f"each batch at the run's lr rule ({rule}), retuned from the run's lr as B changes; a batch at a fixed LR "
+            "(or another rule) is not a point this prediction speaks for")
+    if str(lr_rule).strip().lower() in ("none", "fixed", "constant", "0", "a=0"):
+        text += ("; this run's own rule keeps the LR fixed, so the prediction holds only where that LR is near the "
+                 "optimal step size at every batch")
+    return text + "."
+

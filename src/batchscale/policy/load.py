@@ -8,6 +8,9 @@
   optionally with `gguf_file` naming a GGUF file inside it. A directory with a config.json and a tokenizer but no
   weight files is built from its config with random weights (seeded, so every load is the same model): what
   profiling a model's cost needs, e.g. examples/models/llama-10m; training it starts from scratch, said as a warning.
+  Weights are read from safetensors (or GGUF) only: a directory whose weights are pickles (`pytorch_model.bin`,
+  `*.pt`, `*.pth`) is refused before anything is read, since unpickling a file can run code it holds, and
+  from_pretrained is told `use_safetensors=True`, so a pickle beside safetensors is never opened either.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from batchscale.policy.policy import Policy
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth")
 RANDOM_INIT_SEED = 0
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -89,9 +93,23 @@ def load_policy(model_cfg, task_cfg, log=print, device: torch.device | str = "cp
     if not gguf and not any(next(path.glob(pattern), None) for pattern in WEIGHT_PATTERNS):
         model = build_from_config(path, DTYPES[model_cfg.dtype], log)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True, **gguf)
+        check_not_pickled(path, model_cfg.name, gguf)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype], local_files_only=True,
+                                                     **(gguf or {"use_safetensors": True}))
     model.to(device).eval()  # no dropout anywhere: the update must be a deterministic function of the batch
     return Policy(model, tokenizer, model_cfg.name, model_cfg.chat_template)
+
+
+def check_not_pickled(path: Path, name: str, gguf: dict) -> None:
+    """Refuse a model directory whose only weights are pickles (module docstring)."""
+    if gguf or next(path.glob("*.safetensors"), None) is not None:
+        return
+    pickled = sorted(p.name for pattern in PICKLED_WEIGHTS for p in path.glob(pattern))
+    if pickled:
+        raise UserError("model.name", f"{name} holds its weights as pickles ({', '.join(pickled[:3])}), and loading a "
+                        "pickle can run code it holds, so batchscale reads safetensors only",
+                        "point at a copy of the model published as safetensors (model.safetensors), or convert this "
+                        "one in a sandbox you trust first")
 
 
 def build_from_config(path: Path, dtype: torch.dtype, log=print):

@@ -8,9 +8,10 @@ highlighted, the figures, the learning-side table, and how each number was measu
 from __future__ import annotations
 
 import base64
-from html import escape
 
 from batchscale.analysis.prediction import closing_note
+from batchscale.files import TooLarge, read_bytes_capped, too_large
+from batchscale.markup import html_text
 from batchscale.report.figures import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.samples import samples_html
@@ -41,15 +42,23 @@ table.samples td.said { white-space: pre-wrap; font-family: ui-monospace, monosp
 """
 
 
+MAX_FIGURE_BYTES = 64 * 2**20  # a PNG the analysis drew is a few hundred kB
+
+
 def image_data_uri(figure: Figure) -> str:
-    return "data:image/png;base64," + base64.b64encode(figure.path.read_bytes()).decode("ascii")
+    """The PNG inlined; read under a cap, since a figure reused from the sweep directory is a file like any other."""
+    try:
+        data = read_bytes_capped(figure.path, MAX_FIGURE_BYTES)
+    except TooLarge as e:
+        raise too_large(figure.path, e) from None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def render_table(header: list[str], rows: list[tuple[str | None, list[str]]], table_id: str) -> str:
     """rows: (css class or None, cells)."""
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in header)
+    head = "".join(f'<th scope="col">{html_text(h)}</th>' for h in header)
     body = "\n".join(
-        (f'<tr class="{css}">' if css else "<tr>") + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>"
+        (f'<tr class="{css}">' if css else "<tr>") + "".join(f"<td>{html_text(c)}</td>" for c in cells) + "</tr>"
         for css, cells in rows
     )
     return f'<table id="{table_id}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>'
@@ -61,11 +70,11 @@ def render_decision(inputs: ReportInputs) -> str:
     css = "decision" if plan.get("best") else "decision none"
     return (
         f'<section class="{css}" id="decision">\n'
-        f'<p class="winner" id="winner">{escape(headline(plan))}</p>\n'
-        f'<p id="explanation">{escape(plan["explanation"])}</p>\n'
-        f'<p id="verdict"><strong>{escape(verdict(plan))}</strong></p>\n'
-        f'<p id="regime"><strong>Regime ({escape(regime["name"])}):</strong> {escape(regime["sentence"])}</p>\n'
-        f'<p class="muted">Reference {escape(plan["reference"])}; T = N*/q is the time to reach the target score, '
+        f'<p class="winner" id="winner">{html_text(headline(plan))}</p>\n'
+        f'<p id="explanation">{html_text(plan["explanation"])}</p>\n'
+        f'<p id="verdict"><strong>{html_text(verdict(plan))}</strong></p>\n'
+        f'<p id="regime"><strong>Regime ({html_text(regime["name"])}):</strong> {html_text(regime["sentence"])}</p>\n'
+        f'<p class="muted">Reference {html_text(plan["reference"])}; T = N*/q is the time to reach the target score, '
         f"T/T_ref = rN / (q/q_ref).</p>\n</section>"
     )
 
@@ -82,22 +91,22 @@ def render_decision_table(inputs: ReportInputs) -> str:
 
 
 def render_figure(figure: Figure) -> str:
-    return (f'<figure id="fig-{escape(figure.name.removesuffix(".png"))}">\n<img src="{image_data_uri(figure)}" '
-            f'alt="{escape(figure.title)}">\n<figcaption><strong>{escape(figure.title)}.</strong> '
-            f"{escape(figure.caption)}</figcaption>\n</figure>")
+    return (f'<figure id="fig-{html_text(figure.name.removesuffix(".png"))}">\n<img src="{image_data_uri(figure)}" '
+            f'alt="{html_text(figure.title)}">\n<figcaption><strong>{html_text(figure.title)}.</strong> '
+            f"{html_text(figure.caption)}</figcaption>\n</figure>")
 
 
 def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
     title = f"batchscale report: {inputs.sweep_dir.name}"
     learning = render_table(LEARNING_HEADER, [(None, cells) for cells in learning_rows(inputs.analysis)],
                             "learning-table")
-    notes = "\n".join(f"<li>{escape(note)}</li>" for note in measurement_notes(inputs))
+    notes = "\n".join(f"<li>{html_text(note)}</li>" for note in measurement_notes(inputs))
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
-        f'<head>\n<meta charset="utf-8">\n<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>',
+        f'<head>\n<meta charset="utf-8">\n<title>{html_text(title)}</title>\n<style>{CSS}</style>\n</head>',
         "<body>",
-        f"<h1>{escape(title)}</h1>",
+        f"<h1>{html_text(title)}</h1>",
         '<p class="muted">Which batch configuration reaches the target score soonest in wall-clock time on this '
         "machine, and why (two-stage procedure of arXiv 2608.29296: align learning, then accelerate).</p>",
         render_decision(inputs),
@@ -112,7 +121,7 @@ def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
         *([section] if (section := samples_html(inputs.samples)) else []),
         "<h2>Learning side (analysis.json)</h2>",
         learning,
-        *([f'<h2 id="prediction">Predicted from one run</h2>\n<p>{escape(note)}</p>']
+        *([f'<h2 id="prediction">Predicted from one run</h2>\n<p>{html_text(note)}</p>']
           if (note := closing_note(inputs.analysis, inputs.plan)) else []),
         '<h2 id="how-measured">How this was measured</h2>',
         f"<ul>\n{notes}\n</ul>",

@@ -2,7 +2,8 @@
 the label's lowest seed that logged any, side by side, since every eval scores the same fixed prompts. This is how
 a reward being gamed, or a format the scorer rejects, shows.
 
-Everything in these rows is model output or user data: it is escaped for HTML and for Markdown (which passes raw
+Everything in these rows is model output or user data: control characters, terminal escapes and bidirectional
+overrides are shown as visible escapes (markup.inert), then it is escaped for HTML and for Markdown (which passes raw
 HTML through), newlines shown as the return symbol, and long texts cut to MAX_CHARS.
 """
 
@@ -15,9 +16,10 @@ from html import escape
 from pathlib import Path
 
 from batchscale.errors import DataWarning
+from batchscale.markup import html_text, inert
 from batchscale.rundir import find_run_dirs
 from batchscale.rundir.run import read_descriptor
-from batchscale.rundir.samples import SampleRow, read_samples
+from batchscale.rundir.samples import SampleRow, first_and_last_evals
 
 MAX_CHARS = 200
 NEWLINE = "\u21b5"
@@ -58,7 +60,7 @@ def collect_samples(sweep_dir: Path) -> list[LabelSamples]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # the analysis reported a run's torn lines already
         for run_dir in find_run_dirs(Path(sweep_dir)):
-            rows = read_samples(run_dir)
+            rows = first_and_last_evals(run_dir)  # streamed: a long run's samples.jsonl is never held whole
             if not rows:
                 continue
             descriptor = read_descriptor(run_dir)
@@ -73,7 +75,7 @@ def collect_samples(sweep_dir: Path) -> list[LabelSamples]:
 
 
 def markdown_text(text: str) -> str:
-    return MARKDOWN_SPECIAL.sub(r"\\\1", escape(text, quote=False)) or "(empty)"
+    return MARKDOWN_SPECIAL.sub(r"\\\1", escape(inert(text), quote=False)) or "(empty)"
 
 
 def samples_markdown(items: list[LabelSamples]) -> list[str]:
@@ -92,9 +94,9 @@ def samples_html(items: list[LabelSamples]) -> str:
         return ""
     parts = ['<h2 id="samples">What the policy said</h2>']
     for item in items:
-        head = "".join(f'<th scope="col">{escape(h)}</th>' for h in HEADER)
-        body = "\n".join("<tr>" + "".join(f'<td class="said">{escape(cell)}</td>' for cell in cells) + "</tr>"
+        head = "".join(f'<th scope="col">{html_text(h)}</th>' for h in HEADER)
+        body = "\n".join("<tr>" + "".join(f'<td class="said">{html_text(cell)}</td>' for cell in cells) + "</tr>"
                          for cells in item.rows())
-        parts += [f"<h3>{escape(item.label)}</h3>", f'<p class="muted">{escape(item.caption())}</p>',
+        parts += [f"<h3>{html_text(item.label)}</h3>", f'<p class="muted">{html_text(item.caption())}</p>',
                   f'<table class="samples">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>']
     return "\n".join(parts)

@@ -3,6 +3,8 @@
 Prompts are left-padded into one static batch; sampling is plain temperature + nucleus (top_k disabled, so a model's
 generation_config cannot add a hidden top-k). A static batch decodes until its longest response ends, so the active
 count falls as responses finish: `active_mean` reports the mean number of unfinished sequences per decode step.
+Counted as the engine counts them: a response's first token comes from the prefill forward (`prefill_steps`, one per
+batch), so a batch whose longest response has L tokens ran L - 1 decode steps.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class HFGenerateEngine(RolloutEngine):
     @torch.no_grad()
     def generate(self, prompts: list[str], params: SamplingParams) -> Rollouts:
         result = Rollouts([], [], [], {})
-        active_sum = steps = 0
+        active_sum = steps = prefills = 0
         for start in range(0, len(prompts), self.max_batch):
             chunk = self._generate_chunk(prompts[start : start + self.max_batch], params)
             result.prompt_ids += chunk.prompt_ids
@@ -29,7 +31,8 @@ class HFGenerateEngine(RolloutEngine):
             result.texts += chunk.texts
             active_sum += chunk.stats["active_sum"]
             steps += chunk.stats["decode_steps"]
-        result.stats = {"active_mean": active_sum / max(steps, 1), "decode_steps": steps}
+            prefills += 1
+        result.stats = {"active_mean": active_sum / max(steps, 1), "decode_steps": steps, "prefill_steps": prefills}
         return result
 
     def _generate_chunk(self, prompts: list[str], params: SamplingParams) -> Rollouts:
@@ -51,7 +54,9 @@ class HFGenerateEngine(RolloutEngine):
             end = gen.index(tok.eos_token_id) + 1 if tok.eos_token_id in gen else len(gen)
             response_ids.append(gen[:end])
         lengths = [len(r) for r in response_ids]
-        decode_steps = max(lengths, default=0)
-        active_sum = sum(sum(1 for n in lengths if n > s) for s in range(decode_steps))
+        # token 0 of every response came from the prefill; decode step s (1-based) produced token s of the rows
+        # still unfinished
+        decode_steps = max(max(lengths, default=0) - 1, 0)
+        active_sum = sum(sum(1 for n in lengths if n > s) for s in range(1, decode_steps + 1))
         texts = tok.batch_decode(response_ids, skip_special_tokens=True)
         return Rollouts(prompt_ids, response_ids, texts, {"active_sum": active_sum, "decode_steps": decode_steps})

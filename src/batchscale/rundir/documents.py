@@ -2,7 +2,7 @@
 
     analysis.json                `AnalysisDocument`   batchscale analyze: the learning side (N*, rN, alignment, B_simple)
     plan.json / plan --json      `PlanDocument`       batchscale plan: the decision table, the winner, the regime
-    plan --predict --json        `PredictionDocument` batchscale plan --predict: rN and q predicted from one run
+    predict --json               `PredictionDocument` batchscale predict: rN and q predicted from one run
     profiles/generation.json     `GenerationProfile`  batchscale profile generation --json: tokens/s vs concurrency, knee
     profiles/training.json       `TrainingProfile`    batchscale profile training --json: seconds per update vs batch
 
@@ -116,6 +116,8 @@ class NoiseScalePrediction(Strict):
     b_noise_fitted_high: float | None = None  # open at that end, or no interval (fewer than 2 seeds anywhere)
     prediction_compute_s: float  # one run of the reference: its summed time/step
     sweep_compute_s: float  # every run of the sweep
+    lr_rule: str | None = None  # the reference's: only labels of this lr rule are predicted and ranked
+    other_rule_labels: list[str] = []  # labels of another lr rule (a fixed-LR control): not predicted, not ranked
     compute_fraction: float | None
 
 
@@ -217,7 +219,7 @@ class PlanDocument(Document):
     rows: list[PlanRowDocument]
 
 
-# --- plan --predict --json -----------------------------------------------------------------------------------------
+# --- predict --json ----------------------------------------------------------------------------------------------
 
 class PredictionReference(Strict):
     label: str
@@ -242,7 +244,7 @@ class PredictedRow(Strict):
 
 
 class PredictionDocument(Document):
-    regenerate: ClassVar[str] = "rerun `batchscale plan --predict RUN_DIR --json`"
+    regenerate: ClassVar[str] = "rerun `batchscale predict RUN_DIR --json`"
 
     run: str
     label: str
@@ -250,6 +252,7 @@ class PredictionDocument(Document):
     b_noise_steps: int  # step records the median was read from
     b_noise_unresolved_steps: int  # of those, steps that logged null (infinite)
     why_unresolved: str | None = None  # B_noise not resolved: no best batch is named, and how much more would do
+    lr_rule: str | None = None  # the run's: every candidate batch is predicted at its lr under this rule
     reference: PredictionReference
     best: PredictedBest
     throughput_method: str
@@ -387,6 +390,8 @@ class TrainingProfile(Document):
     rows: list[TrainingRow] = Field(min_length=1)
     fit: TrainingCostFit | None
     roofline: TrainingRoofline | None = None  # with --hardware (a CUDA device's detected preset by default)
+    # --prompt-tokens / --response-tokens (None: the task's own samples); a length not given is the task's
+    synthetic_lengths: dict[str, int | None] | None = None
 
 
 # --- reading and writing --------------------------------------------------------------------------------------------

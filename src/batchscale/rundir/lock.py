@@ -13,14 +13,29 @@ A lock naming another host is never taken over, because this host cannot see whe
 system whose locks do not span hosts would otherwise let two sweeps in); nor is one whose pid still lives on this host
 although its flock is free (a file system without working locks): both are refused with the fix of removing the file
 by hand once the named process is gone. The holder removes the file when it releases the lock.
+
+The lock file is batchscale's own or it is refused, never written through: it is opened without following a link
+(O_NOFOLLOW), created only where nothing is (O_EXCL), and an existing one is truncated only when it is a regular file
+of one name whose content is a lock's (empty, or a JSON holder). A link, a directory, a device, a FIFO, a hard link
+or a file with other content at the lock's path is a UserError naming it, and the file is left as it is.
+
+What a killed writer of a run left beside it (SIGKILL during `train --overwrite` or `import`: its staging directory
+`.<run>.training-PID-TOKEN` or `.<run>.writing-PID-TOKEN`, files.staged_directory) is removed by the next process that
+takes the run's lock (`RunLock.acquire`, `clear_dead_stagings`): holding the lock, no live writer of this run exists,
+and each one removed names a pid that is no longer alive on this host. An earlier run a kill caught mid-swap
+(`.<run>.replaced-PID-TOKEN` with no `<run>`) is put back in place, never removed.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import re
+import shutil
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -73,10 +88,9 @@ class SweepLock:
     def acquire(self) -> None:
         """Take the lock, taking over a stale one; a live holder is a UserError naming it."""
         for _ in range(10):  # the file may be replaced under us by a holder releasing it: then try again
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise write_error(self.path, e) from None
+            fd = self._open()
+            if fd is None:
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -92,6 +106,9 @@ class SweepLock:
             if holder and not self._is_stale(holder):
                 os.close(fd)
                 raise self._busy(holder, free_flock=True)
+            if not holder and os.fstat(fd).st_size > 0:  # not a lock's content: never truncated
+                os.close(fd)
+                raise self._not_a_lock("holds something other than a batchscale lock")
             try:
                 self._write_holder(fd)
             except OSError as e:  # a full disk: no lock file is left behind
@@ -102,11 +119,51 @@ class SweepLock:
             return
         raise UserError(str(self.path), f"kept changing while this {self.what} tried to lock it", "try again")
 
+    def _open(self) -> int | None:
+        """The lock file, opened without following a link: an existing one only if it is a regular file of one
+        name (a hard link's other names could be a user's file), else created afresh (O_EXCL); None: it changed
+        between the two, try again."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            before = os.lstat(self.path)
+        except FileNotFoundError:
+            try:
+                return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return None
+            except OSError as e:
+                raise write_error(self.path, e) from None
+        except OSError as e:
+            raise write_error(self.path, e) from None
+        if stat.S_ISLNK(before.st_mode):
+            raise self._not_a_lock("is a symbolic link")
+        if not stat.S_ISREG(before.st_mode):  # a device or a FIFO is never even opened
+            raise self._not_a_lock("is not a regular file")
+        if before.st_nlink != 1:
+            raise self._not_a_lock(f"is a file with {before.st_nlink} names (a hard link)")
+        try:
+            fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return None  # replaced by a link meanwhile: the next try refuses it
+            raise write_error(self.path, e) from None
+        if not os.path.samestat(os.fstat(fd), before):
+            os.close(fd)
+            return None
+        return fd
+
+    def _not_a_lock(self, why: str) -> UserError:
+        return UserError(str(self.path), f"{why}, not a lock file batchscale wrote; batchscale never writes "
+                         "through it", f"move {self.path} away (it is not batchscale's) and rerun")
+
     def release(self) -> None:
         if self._fd is None:
             return
         try:
-            self.path.unlink(missing_ok=True)  # before unlocking: a newcomer then locks a fresh file, never this one
+            if self._is_current_file(self._fd):  # never a file put in its place since
+                self.path.unlink(missing_ok=True)  # before unlocking: a newcomer then locks a fresh file, never this one
         finally:
             os.close(self._fd)  # closing releases the flock
             self._fd = None
@@ -114,7 +171,7 @@ class SweepLock:
     def _is_current_file(self, fd: int) -> bool:
         """The file we locked is still the one at the path (a releasing holder unlinks it)."""
         try:
-            return os.path.samestat(os.fstat(fd), os.stat(self.path))
+            return os.path.samestat(os.fstat(fd), os.lstat(self.path))
         except FileNotFoundError:
             return False
 
@@ -174,3 +231,31 @@ class RunLock(SweepLock):
         self.path = run_lock_path(run_dir)
         self.target = run_dir
         self._fd = None
+        self.cleared: list[Path] = []  # what a killed writer of the run had left, removed on acquire
+
+    def acquire(self) -> None:
+        super().acquire()
+        self.cleared = clear_dead_stagings(self.target)
+
+
+DEAD_STAGING = r"\.{name}\.(?P<purpose>training|writing|replaced)-(?P<pid>\d{{1,9}})-[0-9a-f]{{8}}"  # unique_suffix
+
+
+def clear_dead_stagings(run_dir: Path) -> list[Path]:
+    """Remove the staging directories a killed writer of `run_dir` left beside it, and put back an earlier run a kill
+    caught between the two renames of its swap (see the module docstring); call while holding the run's lock.
+    Returns what was removed or put back."""
+    pattern = re.compile(DEAD_STAGING.format(name=re.escape(run_dir.name)))
+    found = []
+    for path in sorted(run_dir.parent.iterdir()) if run_dir.parent.is_dir() else []:
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not pid_alive(int(match["pid"])):
+            found.append((match["purpose"], path))
+    cleared = []
+    for purpose, path in found:
+        if purpose == "replaced" and not os.path.lexists(run_dir):
+            path.rename(run_dir)  # the earlier run, whose replacement never took its place
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+        cleared.append(path)
+    return cleared

@@ -16,7 +16,9 @@ Reader. `read_run` returns the descriptor, the step and eval records and the sum
 under one policy for every command: a truncated last line (a crash mid-write) is dropped with a `DataWarning`; a
 corrupt line anywhere else is a UserError naming the file and line; a (kind, step) logged twice keeps the later
 record (a resumed run); records of another kind are ignored; cumulative samples that decrease with the step are a
-UserError.
+UserError, and so is a key of fixed meaning (NUMERIC_KEYS: the step keys, the eval score, gns/*) holding anything
+but a number or null (a string there would read as "not logged": gns terms as pure noise). metrics.jsonl is streamed
+line by line under caps (MAX_METRICS_BYTES, MAX_LINE_BYTES): a sparse 8 GiB file is refused, never read whole.
 
 Versions. run.json carries `schema_version` (2). A run.json without one (version 1, before the batch facts) reads with
 the defaults of a single-pass synchronous update: samples_per_update = samples_per_step, updates_per_step = 1,
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.files import (decode_error, dumps_strict, loads_strict, read_json_object, resolve_out,
+from batchscale.files import (append_whole, dumps_strict, iter_json_lines, read_json_object, resolve_out,
                               staged_directory, write_error, write_json_atomic)
 from batchscale.rundir.ownership import check_inputs_outside, check_replaceable, directory_kind, mark_directory
 
@@ -47,6 +50,8 @@ SWEEP_FILE = "sweep.json"
 RUNS_DIR = "runs"
 SCHEMA_VERSION = 2
 
+MAX_METRICS_BYTES = 8 * 2**30  # a million steps of a few kB each
+MAX_LINE_BYTES = 16 * 2**20  # one record: a few hundred bytes to a few kB
 RECORD_KINDS = ("step", "eval")
 RECORD_KEYS = ("kind", "step", "samples", "wall_s")  # every record
 STEP_KEYS = ("prompts", "reward/mean", "response/length_mean", "tokens/generated", "time/generate", "time/train",
@@ -57,6 +62,8 @@ GNS_STEP_KEYS = {  # optional: the online gradient noise scale (telemetry.gradno
     for network, prefix in (("actor", ""), ("critic", "critic/"))
 }
 EVAL_SCORE_KEYS = ("eval/accuracy", "eval/score")  # the primary eval score, first present wins
+NUMERIC_KEYS = (*STEP_KEYS, *CRITIC_STEP_KEYS, *EVAL_SCORE_KEYS,
+                *(key for names in GNS_STEP_KEYS.values() for key in names.values()))  # a number or null where present
 
 
 # --- run.json -------------------------------------------------------------------------------------------------------
@@ -218,6 +225,10 @@ def record_contract_problem(record: dict) -> str | None:
         return f"samples {samples!r} is not a number >= 0"
     if wall_s is not None and not _is_number(wall_s):
         return f"wall_s {wall_s!r} is not a number or null"
+    for key in NUMERIC_KEYS:  # a string here would read as "not logged" (gns: as pure noise), never as an error
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{key} {value!r:.40} is not a number or null"
     return None
 
 
@@ -249,18 +260,16 @@ class RunLog:
         if config is not None:
             write_json_atomic(self.dir / CONFIG_FILE, config)
         try:
-            self._file = open(self.dir / METRICS_FILE, "a", encoding="utf-8")
+            self._file = open(self.dir / METRICS_FILE, "ab", buffering=0)
         except OSError as e:
             raise write_error(self.dir / METRICS_FILE, e) from None
 
     def write(self, record: dict) -> None:
-        line = dumps_record(record) + "\n"
+        line = (dumps_record(record) + "\n").encode()
         try:
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            append_whole(self._file, line)  # a full disk cuts the half-written line back off
         except OSError as e:
-            raise write_error(self.dir / METRICS_FILE, e, len(line.encode())) from None
+            raise write_error(self.dir / METRICS_FILE, e, len(line)) from None
 
     def finish(self, summary: RunSummary) -> None:
         self.close()
@@ -370,24 +379,8 @@ def read_records(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise UserError(str(path), "is missing", "point at a run directory that has started training")
-    lines = path.read_bytes().split(b"\n")  # a final fragment without its newline is a line cut by a crash
     records = []
-    offset = 0  # of the line in the file, in bytes
-    for i, line in enumerate(lines):
-        offset, line_offset = offset + len(line) + 1, offset
-        if not line.strip():
-            continue
-        try:
-            record = loads_strict(line)  # NaN and Infinity are no JSON: never written, so refused when read
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, a NaN token
-            if i == len(lines) - 1:
-                warnings.warn(f"{path}: dropping the truncated last line {i + 1} (the run was interrupted while "
-                              "writing it)", DataWarning, stacklevel=2)
-                continue
-            if isinstance(e, UnicodeDecodeError):
-                raise decode_error(path, e, f"{path} line {i + 1}", line_offset) from None
-            raise UserError(f"{path} line {i + 1}", f"is not valid JSON ({e})",
-                            "repair or remove the run directory") from None
+    for i, record in iter_json_lines(path, MAX_METRICS_BYTES, MAX_LINE_BYTES, "repair or remove the run directory"):
         if isinstance(record, dict) and record.get("kind") not in RECORD_KINDS:
             continue  # another kind of record: not part of this contract
         problem = record_contract_problem(record)
@@ -461,8 +454,18 @@ def find_run_dirs(path: Path) -> list[Path]:
 
 # --- sweep layout ---------------------------------------------------------------------------------------------------
 
+RUN_DIR_NAME = re.compile(r"^(?P<label>.+)__s(?P<seed>\d+)$")  # <label>__s<seed>: a label holds no "__" (config)
+
+
 def run_dir_name(label: str, seed: int) -> str:
+    """The directory of a configuration's run at `seed` in a sweep: <label>__s<seed>, so its seeds sort together."""
     return f"{label}__s{seed}"
+
+
+def parse_run_dir_name(name: str) -> tuple[str, int] | None:
+    """(label, seed) of a directory named by `run_dir_name`; None for any other name."""
+    match = RUN_DIR_NAME.match(name)
+    return (match["label"], int(match["seed"])) if match else None
 
 
 def sweep_runs_dir(sweep_dir: Path) -> Path:

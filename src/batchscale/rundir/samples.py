@@ -3,11 +3,13 @@ JSON object a line: `step` and `samples` (the eval's, as in metrics.jsonl), `pro
 response, decoded), `answer` (the task's reference) and `reward` (the training reward the task gives that response).
 The eval set is fixed, so the same prompts come back at every eval and the first and last evals can be compared.
 
-Writer: `SamplesLog` appends and fsyncs one line at a time, like metrics.jsonl. Reader: `read_samples`, under the
-run log's policy: a torn last line (a crash mid-write) is dropped with a DataWarning, a corrupt line anywhere else is
-a UserError naming the file and line; nothing in the file is executed, and every field is type-checked (it is model
-output: a reader escapes it before showing it). `rewind_samples` cuts the file back to a checkpoint on resume, as
-rundir.checkpoint.rewind_metrics does metrics.jsonl.
+Writer: `SamplesLog` appends and fsyncs one line at a time, like metrics.jsonl. Readers: `iter_samples` (and
+`read_samples`, its list), under the run log's policy (files.iter_json_lines): streamed under caps (MAX_SAMPLES_BYTES,
+MAX_LINE_BYTES: a sparse 8 GiB file is refused, never read whole), a torn last line (a crash mid-write) dropped with
+a DataWarning, a corrupt line anywhere else a UserError naming the file and line; nothing in the file is executed,
+and every field is type-checked (it is model output: a reader escapes it before showing it). `first_and_last_evals`
+keeps only the two evals a report shows while it streams. `rewind_samples` cuts the file back to a checkpoint on
+resume, as rundir.checkpoint.rewind_metrics does metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchscale.errors import DataWarning, UserError
-from batchscale.files import decode_error, dumps_strict, loads_strict, unique_suffix, write_error
+from batchscale.files import append_whole, dumps_strict, iter_json_lines, unique_suffix, write_error
 
 SAMPLES_FILE = "samples.jsonl"
+MAX_SAMPLES_BYTES = 2**30  # a long run's evals: a few MB
+MAX_LINE_BYTES = 16 * 2**20  # one prompt and its response
+FIX = "repair or remove samples.jsonl (rundir/samples.py lists its keys)"
 
 
 class SampleRow(BaseModel):
@@ -55,15 +61,13 @@ class SamplesLog:
     def write(self, rows: list[SampleRow]) -> None:
         if not rows:
             return
-        text = "".join(dumps_strict(row.to_json()) + "\n" for row in rows)  # NaN refused, as in metrics.jsonl
+        data = "".join(dumps_strict(row.to_json()) + "\n" for row in rows).encode()  # NaN refused
         try:
             if self._file is None:
-                self._file = open(self.path, "a", encoding="utf-8")
-            self._file.write(text)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+                self._file = open(self.path, "ab", buffering=0)
+            append_whole(self._file, data)  # a full disk cuts the half-written rows back off
         except OSError as e:
-            raise write_error(self.path, e, len(text.encode())) from None
+            raise write_error(self.path, e, len(data)) from None
 
     def close(self) -> None:
         if self._file is not None and not self._file.closed:
@@ -73,30 +77,42 @@ class SamplesLog:
                 pass
 
 
-def read_samples(run_dir: Path) -> list[SampleRow]:
-    """samples.jsonl's rows in file order ([] when the run wrote none)."""
+def iter_samples(run_dir: Path) -> Iterator[SampleRow]:
+    """samples.jsonl's rows in file order, streamed (none when the run wrote none)."""
     path = Path(run_dir) / SAMPLES_FILE
     if not path.is_file():
-        return []
-    lines = path.read_bytes().split(b"\n")
-    rows, offset = [], 0
-    for i, line in enumerate(lines):
-        offset, line_offset = offset + len(line) + 1, offset
-        if not line.strip():
-            continue
+        return
+    for i, value in iter_json_lines(path, MAX_SAMPLES_BYTES, MAX_LINE_BYTES, FIX):
         try:
-            rows.append(SampleRow.model_validate(loads_strict(line)))
-        except (ValueError, ValidationError) as e:
-            if i == len(lines) - 1 and not isinstance(e, ValidationError):
-                warnings.warn(f"{path}: dropping the truncated last line {i + 1} (the run was interrupted while "
-                              "writing it)", DataWarning, stacklevel=2)
-                continue
-            if isinstance(e, UnicodeDecodeError):
-                raise decode_error(path, e, f"{path} line {i + 1}", line_offset) from None
-            reason = e.errors()[0]["msg"] if isinstance(e, ValidationError) else f"is not valid JSON ({e})"
-            raise UserError(f"{path} line {i + 1}", f"is not a sample row: {reason}",
-                            "repair or remove samples.jsonl (rundir/samples.py lists its keys)") from None
-    return rows
+            yield SampleRow.model_validate(value)
+        except ValidationError as e:
+            raise UserError(f"{path} line {i + 1}", f"is not a sample row: {e.errors()[0]['msg']}", FIX) from None
+
+
+def read_samples(run_dir: Path) -> list[SampleRow]:
+    """samples.jsonl's rows in file order ([] when the run wrote none)."""
+    return list(iter_samples(run_dir))
+
+
+def first_and_last_evals(run_dir: Path) -> list[SampleRow]:
+    """The rows of the run's first eval, then those of its last (one list when they are the same), streamed: only
+    those two evals' rows are ever held."""
+    first: list[SampleRow] = []
+    last: list[SampleRow] = []
+    for row in iter_samples(run_dir):
+        if not first or row.step == first[0].step:
+            first.append(row)
+        elif last and row.step == last[0].step:
+            last.append(row)
+        else:
+            last = [row]
+    return first + last
+
+
+def ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        return size == 0 or (f.seek(size - 1) >= 0 and f.read(1) == b"\n")
 
 
 def rewind_samples(run_dir: Path, last_step: int | None) -> list[SampleRow]:
@@ -107,7 +123,7 @@ def rewind_samples(run_dir: Path, last_step: int | None) -> list[SampleRow]:
         warnings.simplefilter("ignore", DataWarning)  # a torn last line is cut here anyway
         rows = read_samples(run_dir)
     kept = [row for row in rows if last_step is not None and row.step <= last_step]
-    if not path.is_file() or (len(kept) == len(rows) and path.read_bytes().endswith(b"\n")):
+    if not path.is_file() or (len(kept) == len(rows) and ends_with_newline(path)):
         return kept
     tmp = path.with_name(f".{path.name}.rewind-{unique_suffix()}")
     try:

@@ -4,6 +4,13 @@ per-label numbers), flattened to scalars, with units in the column names: `n_sta
 `throughput_samples_per_s`. The values are the document's own (analysis.json's `configs`, plan.json's `rows`), never
 the rounded text the console shows; a missing value is an empty CSV cell (a Parquet null).
 
+Outputs never replace inputs or special files (`check_table_outputs`, before any compute): a path that is, or links
+to, a directory, a device, a FIFO or socket, or anything under /dev or /proc (`/dev/stdout`, `/proc/self/fd/1`) is
+refused; so is a file the same command reads (an input given as a file, or an existing JSON/JSONL file inside an
+input directory: a run's metrics.jsonl, the analysis.json plan reads), a file the command itself writes (analyze's
+analysis.json and report.md), and one path given to both --csv and --parquet. A link to a regular file is followed:
+its target is replaced and the link kept (as --out does).
+
 Written atomically: a temporary file beside the target, then renamed over it. CSV with the csv module; Parquet with
 pyarrow, an optional dependency (`check_table_format` refuses it, before any compute, where pyarrow is absent).
 """
@@ -16,7 +23,7 @@ import os
 from pathlib import Path
 
 from batchscale.errors import UserError
-from batchscale.files import write_error
+from batchscale.files import resolve_out, write_error
 
 # analysis.json configs[label] keys -> column names (units where the key has none); samples_to_target is flattened
 ANALYSIS_RENAMES = {"time_to_target_realized": "t_target_realized_s"}
@@ -93,13 +100,65 @@ def check_table_format(path: Path | None, option: str) -> None:
                         "pip install pyarrow, or write --csv PATH instead")
 
 
+INPUT_SUFFIXES = (".json", ".jsonl")  # what batchscale reads inside an input directory
+SPECIAL_ROOTS = ("/dev", "/proc", "/sys")
+
+
+def check_table_outputs(outputs: dict[str, Path | None], inputs: dict[str, Path | None],
+                        written: tuple[Path, ...] | list[Path] = ()) -> None:
+    """Before any compute: refuse an output (option -> path) that would replace an input (name -> file or directory),
+    a file this command writes (`written`), a special file, or another output (the module docstring)."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = os.path.realpath(Path(path).absolute())
+        shown = f"{path}" + (f" (a link to {target})" if Path(path).is_symlink() else "")
+        if any(_special(hop) for hop in _link_chain(Path(path).absolute())) or \
+                (os.path.exists(target) and not os.path.isfile(target)):
+            raise UserError(option, f"{shown} is not a regular file (a directory, a device, a file descriptor or a "
+                            f"pipe); {option} writes a regular file in its place", f"give {option} a file path")
+        if target in seen:
+            raise UserError(option, f"{path} is also the {seen[target]} path: one would replace the other",
+                            f"give {option} and {seen[target]} different paths")
+        seen[target] = option
+        for name, source in inputs.items():
+            if source is None:
+                continue
+            real = os.path.realpath(Path(source).absolute())
+            inside = target.startswith(real.rstrip("/") + "/") and target.endswith(INPUT_SUFFIXES)
+            if target == real or (inside and os.path.lexists(target)):
+                raise UserError(option, f"{shown} is an input of this command ({name} {source}); writing the table "
+                                "there would replace it", f"write {option} outside the inputs, e.g. ./table"
+                                f"{'.parquet' if option == '--parquet' else '.csv'}")
+        if target in {os.path.realpath(Path(p).absolute()) for p in written}:
+            raise UserError(option, f"{shown} is a file this command writes itself", f"give {option} another path")
+
+
+def _special(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in SPECIAL_ROOTS)
+
+
+def _link_chain(path: Path, hops: int = 40) -> list[str]:
+    """`path` and every path its links lead through, each with its directory resolved: a table written through
+    /dev/stdout or a link to /proc/self/fd/1 passes through /dev or /proc whatever the descriptor is now."""
+    chain = []
+    for _ in range(hops):
+        path = Path(os.path.realpath(path.parent)) / path.name
+        chain.append(str(path))
+        if not path.is_symlink():
+            break
+        path = path.parent / os.readlink(path)
+    return chain
+
+
 def _columns(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(column for row in rows for column in row))  # first-seen order, every row's keys
 
 
 def write_table(path: Path, rows: list[dict], fmt: str) -> None:
     """Write `rows` as CSV or Parquet at `path`, atomically; an OSError becomes a one-line UserError naming it."""
-    path = Path(path)
+    path = resolve_out(path)  # a link to a regular file: its target is replaced, the link kept
     columns = _columns(rows)
     tmp = path.with_name(f".{path.name}.tmp")
     try:

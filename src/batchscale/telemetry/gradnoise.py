@@ -7,24 +7,48 @@ batch sizes b < B measured on the same step give the unbiased estimators
     |G|^2     ~ (B |g_B|^2 - b |g_b|^2) / (B - b)
     tr(Sigma) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B)
 
-Here g_B is the update's gradient and g_b the mean gradient of one chunk of it (`train.chunk_norms`), |g_b|^2 averaged
-over the update's chunks. Departure from "one chunk per micro-batch": the chunks are the two halves of the update's
-prompt groups (`train.micro_batches.iter_gradient_chunks`: micro-batches of whole groups cost 1.32x the update time in
-padding, docs/LOG.md); in a model's many dimensions |g_b|^2 - |g_B|^2 concentrates, so two chunks estimate tr(Sigma)
-nearly as well as many, and |G|^2's noise comes mostly from |g_B|^2 itself (simulated: its sd is 1.3x that of eight
-chunks, in 1000 dimensions). Chunks may differ in size by one prompt group; since E mean_k |g_bk|^2 = |G|^2 + tr(Sigma)
-mean_k(1/b_k), b is the harmonic mean of the chunk sizes and the estimators stay unbiased. The per-step estimates are
-noisy (either can come out negative), so B_noise = tr(Sigma) / |G|^2 is the ratio of two exponential moving averages, of
-the numerator and of the denominator separately (same decay, both starting at 0, so their start-up bias cancels in the
-ratio and no correction is needed).
+Here the big batch is the update (g_B its gradient, before clipping) and the small ones its chunks
+(`train.chunk_norms`): two random halves of its prompt groups (`train.micro_batches.iter_gradient_chunks`). Departure
+1, two chunks and not one per micro-batch: micro-batches of whole groups cost 1.32x the update time in padding
+(docs/LOG.md); in a model's many dimensions the chunks' spread concentrates, so two chunks estimate tr(Sigma) nearly as
+well as many, and |G|^2's noise comes mostly from |g_B|^2 itself (simulated: its sd is 1.3x that of eight chunks, in
+1000 dimensions). The halves must be random: halves by length read any difference between long and short groups'
+gradients as noise (issue 38). The per-step estimates are noisy (either can come out negative), so the online
+B_noise = tr(Sigma) / |G|^2 is the ratio of two exponential moving averages, of the numerator and of the denominator
+separately (same decay, both starting at 0, so their start-up bias cancels in the ratio and no correction is needed).
 
-Unit. Responses of one prompt group are correlated, so chunks hold whole groups and the group is the independent unit
-(an update of a single prompt group has no estimate).
-b and B are counted in samples (responses), which for whole groups of G is G times the count in groups: |G|^2 is the
-same either way, and tr(Sigma) and B_noise come out in samples, G times their value per prompt group. So B_noise is in
-samples per update, directly comparable with samples_per_step (single pass) and with analysis's B_simple, for the run's
-own G. Departure: with token-mean aggregation the gradient is token-weighted, not a plain mean over samples; b and B
-still count samples.
+Departure 2, the loss weights (`estimate_weighted_noise_terms`). The update's loss is not a plain mean over groups:
+group i enters it with its share w_i of the loss weights (`algorithms.losses.token_weights`, sum_i w_i = 1): its
+response tokens over the update's, T_i / T, with token-mean aggregation; 1 / P with sequence-mean. So g_B = sum_i w_i
+x_i, x_i the group's own weighted-mean gradient, and chunk k, holding the share W_k = sum_{i in k} w_i, accumulates the
+increment d_k = sum_{i in k} w_i x_i = W_k g_k (g_k its own mean gradient), with g_B = sum_k d_k. For x_i independent
+with a common mean E x_i = G, and V_k = sum_{i in k} w_i^2 tr Cov(x_i):
+
+    E|d_k|^2 = W_k^2 |G|^2 + V_k,        E|g_B|^2 = |G|^2 + V,   V = sum_k V_k (the update's noise)
+
+so E(|g_B|^2 - sum_k |d_k|^2) = |G|^2 (1 - sum_k W_k^2), and
+
+    |G|^2 ~ (|g_B|^2 - sum_k W_k^2 |g_k|^2) / (1 - sum_k W_k^2),        V ~ |g_B|^2 - |G|^2
+
+are unbiased whatever the weights and whatever each group's covariance: no assumption that longer responses are as
+noisy as short ones (per-token noise averages down in long ones), none that a chunk's rows count its samples. What
+they need is a split drawn independently of the groups: then a group's mean may depend on its length class, which
+counts as noise, as it does between updates (simulated with token-mean weights following the class too: 0.96x the
+update's measured noise scale at 1,000 steps). With every sample weighing the same (W_k = b_k / B) this is McCandlish's pair above exactly for two equal halves; for
+unequal ones it replaces his form with b the harmonic mean of the sizes (unbiased too, for equal weights only). Before
+issue 38 the sizes were the halves' row counts, which is right only for equal weights: with token-mean and 2- vs
+4-token groups in halves by length it read B_noise at 0.48x the truth (tests/test_gradnoise_halves.py). For a plain
+picture of V: with the same covariance Sigma_g for every group, V = tr(Sigma_g) sum_i w_i^2, the noise of
+1 / sum_i w_i^2 equal groups (Kish's effective size; P for equal weights, fewer for unequal ones).
+
+Unit. tr(Sigma) is given in samples of the update, tr(Sigma) = N V with N its samples (responses), so that
+E|g_B|^2 = |G|^2 + tr(Sigma) / N: B_noise = tr(Sigma) / |G|^2 is in samples per update, directly comparable with
+samples_per_step (single pass) and with analysis's B_simple, for the run's own G. With equal weights, N V = G
+tr(Sigma_g): G times the value per prompt group. With token-mean weights of unequal lengths it is the noise per sample
+of the update's own mix of lengths (G (1 + cv^2) tr(Sigma_g) for a common Sigma_g, cv the coefficient of variation of
+the groups' token counts), which a prediction at another batch size assumes unchanged. Responses of one prompt group
+are correlated, so chunks hold whole groups and the group is the independent unit (an update of a single prompt group
+has no estimate).
 
 Prediction (McCandlish eq. 2.11): samples to reach a target E(B) = E_min (1 + B / B_noise), so relative to a reference
 batch rN(B) = (1 + B / B_noise) / (1 + B_ref / B_noise).
@@ -62,18 +86,27 @@ BLOCK_STEPS = 4  # consecutive steps per block of the interval's scatter
 MIN_B_NOISE = 1e-9  # a step with no noise resolved (tr(Sigma) EMA <= 0) logs 0: read as this
 
 
+def estimate_weighted_noise_terms(chunk_grad_sq: list[float], chunk_weights: list[float], batch_grad_sq: float,
+                                  batch_samples: int) -> tuple[float, float] | None:
+    """(|G|^2, tr(Sigma)) of one update (module docstring, departure 2) from the squared norms |g_k|^2 of its chunks'
+    own mean gradients, the chunks' shares W_k of the loss weights (any positive scale: normalized here), the update's
+    squared gradient norm and its samples N; tr(Sigma) in samples of the update. None with fewer than two chunks or a
+    chunk of no weight."""
+    total = float(sum(chunk_weights))
+    if len(chunk_grad_sq) < 2 or min(chunk_weights) <= 0 or not math.isfinite(total):
+        return None
+    shares = [w / total for w in chunk_weights]  # W_k
+    increments_sq = sum(w * w * sq for w, sq in zip(shares, chunk_grad_sq))  # sum_k |d_k|^2
+    grad_sq = (batch_grad_sq - increments_sq) / (1.0 - sum(w * w for w in shares))
+    return grad_sq, batch_samples * (batch_grad_sq - grad_sq)
+
+
 def estimate_noise_terms(chunk_grad_sq: list[float], chunk_samples: list[int], batch_grad_sq: float,
                          batch_samples: int) -> tuple[float, float] | None:
-    """(|G|^2, tr(Sigma)) from the squared norms of the chunks' own mean gradients and of the batch gradient; None
-    with fewer than two chunks (no smaller batch to compare with)."""
-    if len(chunk_grad_sq) < 2:
-        return None
-    small = len(chunk_samples) / sum(1.0 / b for b in chunk_samples)  # harmonic mean: E|g_b|^2 is linear in 1/b
-    small_grad_sq = float(np.mean(chunk_grad_sq))
-    big = float(batch_samples)
-    grad_sq = (big * batch_grad_sq - small * small_grad_sq) / (big - small)
-    trace_sigma = (small_grad_sq - batch_grad_sq) / (1.0 / small - 1.0 / big)
-    return grad_sq, trace_sigma
+    """(|G|^2, tr(Sigma)) from the squared norms of the chunks' own mean gradients and of the batch gradient, every
+    sample weighing the same (McCandlish's estimators for equal chunks); None with fewer than two chunks (no smaller
+    batch to compare with)."""
+    return estimate_weighted_noise_terms(chunk_grad_sq, chunk_samples, batch_grad_sq, batch_samples)
 
 
 class NoiseScaleEMA:

@@ -8,9 +8,12 @@ Tensors, as safetensors (nothing a file holds is ever unpickled or executed):
 - `rng.safetensors`: torch's CPU generator (the engine samples from it) and, on a GPU, every CUDA generator's.
 
 JSON, in the manifest's `state`: the loop's position (step, samples, next eval, wall-clock so far), the collapse
-watch and its notes, both gradient-noise EMAs, the numpy generator the task samples prompts with, and Python's
-`random`. With these a resumed synchronous run draws the same prompts and samples the same tokens as the
-uninterrupted one, so its records are the same, times aside (tests/test_resume.py). What cannot be restored exactly,
+watch and its notes, both gradient-noise EMAs, the numpy generator the task samples prompts with, Python's `random`,
+and the config the run trained with (a config.json edited since is refused: train.resume). Nothing of a checkpoint
+is restored before all of it has passed train.checkpoint_checks (`prepare_restore`): one found wanting is skipped
+for the previous one with the run's freshly built state untouched. With these a resumed synchronous run draws the
+same prompts and samples the same tokens as the uninterrupted one, so its records are the same, times aside
+(tests/test_resume.py). What cannot be restored exactly,
 an asynchronous generator's buffer and in-flight groups, `resume_notes` says.
 """
 
@@ -22,9 +25,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import save_file, save_model
 
-from batchscale.rundir.checkpoint import Checkpoint
+from batchscale.rundir.checkpoint import Checkpoint, CheckpointProblem
+from batchscale.train import checkpoint_checks as checks
 from batchscale.train.health import CollapseWatch
 
 RNG_FILE = "rng.safetensors"
@@ -89,6 +93,7 @@ def capture(state, loop: LoopState) -> tuple[dict, Callable[[Path], None]]:
         "optimizers": {name: part[1] for name, part in parts.items()},
         "numpy_rng": state.rng.bit_generator.state,
         "python_random": [python_state[0], list(python_state[1]), python_state[2]],
+        "config": state.cfg.model_dump(mode="json"),
     }
 
     def write_files(directory: Path) -> None:
@@ -100,24 +105,61 @@ def capture(state, loop: LoopState) -> tuple[dict, Callable[[Path], None]]:
     return plain, write_files
 
 
-def restore(state, checkpoint: Checkpoint, records: list[dict]) -> LoopState:
-    """Put the checkpoint's weights, optimizer states and generators into a freshly built training state; returns
-    the loop's position, its records those of metrics.jsonl up to the checkpoint."""
+@dataclass(frozen=True)
+class Restorable:
+    """A checkpoint read whole and checked (train.checkpoint_checks), ready to be put into the training state."""
+
+    checkpoint: Checkpoint
+    weights: dict  # network -> its tensors, on the model's device
+    moments: dict  # network -> its optimizer's tensors
+    rng: dict
+
+
+def prepare_restore(state, checkpoint: Checkpoint, may_differ: tuple[str, ...] = ()) -> Restorable:
+    """Read and check everything of `checkpoint` against itself and the freshly built `state` (module docstring of
+    train.checkpoint_checks), touching nothing of `state`; raises CheckpointProblem saying what is wrong. Config keys
+    in `may_differ` (train.resume.MAY_DIFFER) may differ from those it trained with."""
     plain = checkpoint.state
+    checks.check_state_form(plain)
+    checks.check_loop(plain["loop"], checkpoint, state.cfg, state.plan.samples_per_step)
+    checks.check_config(plain, state.cfg, may_differ)
+    found = networks(state)
+    if set(plain["optimizers"]) != set(found):
+        raise CheckpointProblem(f"it holds the optimizers of {sorted(plain['optimizers'])!r:.80}, the run has "
+                                f"{sorted(found)}")
+    for name, (_, optimizer) in found.items():
+        checks.check_optimizer_groups(name, plain["optimizers"][name], optimizer)
+    checks.check_noise_scales(plain["noise_scales"], set(state.noise_scales))
+    checks.check_generators(plain["numpy_rng"], plain["python_random"], state.rng.bit_generator)
+    weights, moments = {}, {}
+    device = str(state.actor.model.device)
+    for name, (model, optimizer) in found.items():
+        weights[name] = checks.read_tensors(checkpoint.path / f"{name}.safetensors", device)
+        checks.check_weights(name, weights[name], model)
+        moments[name] = checks.read_tensors(checkpoint.path / f"{name}_optimizer.safetensors")
+        checks.check_moments(name, moments[name], optimizer)
+    rng = checks.read_tensors(checkpoint.path / RNG_FILE)
+    checks.check_rng(rng)
+    return Restorable(checkpoint, weights, moments, rng)
+
+
+def apply_restore(state, restorable: Restorable, records: list[dict]) -> LoopState:
+    """Put a checked checkpoint's weights, optimizer states and generators into the training state; returns the
+    loop's position, its records those of metrics.jsonl up to the checkpoint."""
+    plain = restorable.checkpoint.state
     device = state.actor.model.device
     for name, (model, optimizer) in networks(state).items():
-        load_model(model, str(checkpoint.path / f"{name}.safetensors"), device=str(device))
-        tensors = load_file(str(checkpoint.path / f"{name}_optimizer.safetensors"))
-        load_optimizer(optimizer, tensors, plain["optimizers"][name], device)
+        model.load_state_dict(restorable.weights[name], strict=False)  # a name left out is tied to one held
+        load_optimizer(optimizer, restorable.moments[name], plain["optimizers"][name], device)
     for name, values in plain["noise_scales"].items():
         state.noise_scales[name].grad_sq, state.noise_scales[name].trace_sigma = values["grad_sq"], values["trace_sigma"]
     state.rng.bit_generator.state = plain["numpy_rng"]
     version, internal, gauss = plain["python_random"]
     random.setstate((version, tuple(internal), gauss))
-    rng = load_file(str(checkpoint.path / RNG_FILE))
+    rng = restorable.rng
     torch.set_rng_state(rng["torch"])
-    cuda = [rng[f"cuda.{i}"] for i in range(len(rng)) if f"cuda.{i}" in rng]
-    if cuda and torch.cuda.is_available():
+    if torch.cuda.is_available():
+        cuda = [rng[f"cuda.{i}"] for i in range(torch.cuda.device_count()) if f"cuda.{i}" in rng]
         torch.cuda.set_rng_state_all(cuda)
     loop = plain["loop"]
     collapse = CollapseWatch()
@@ -125,3 +167,8 @@ def restore(state, checkpoint: Checkpoint, records: list[dict]) -> LoopState:
         setattr(collapse, key, value)
     return LoopState(loop["step"], loop["samples"], loop["next_eval"], loop["wall_s"], records, list(loop["notes"]),
                      collapse)
+
+
+def restore(state, checkpoint: Checkpoint, records: list[dict]) -> LoopState:
+    """prepare_restore, then apply_restore: raises CheckpointProblem, with `state` untouched, when it is wanting."""
+    return apply_restore(state, prepare_restore(state, checkpoint), records)

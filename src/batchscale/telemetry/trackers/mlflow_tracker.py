@@ -6,14 +6,18 @@ config as params under its dotted keys. Each eval's samples join the table `eval
 `log_table`'s format (`{"columns", "data"}`, tagged as a table: `load_table` and the UI read it). log_table itself
 is not used: it appends through pandas, which turns an answer like "117" into the number 117.
 
-Resume: the interrupted run's MLflow run (trackers.json) is deleted (MLflow's soft delete: `mlflow gc` purges it)
-and the kept records replayed into a new one.
+Resume: the kept records are replayed into a new MLflow run. No MLflow run is ever deleted: trackers.json is input
+like any other and may name a run that is not batchscale's. The interrupted run is found again only if it is the one
+batchscale created for this run: it carries the tag `batchscale.token` with the random token trackers.json stores
+beside its id. That run alone is tagged `batchscale.superseded_by` (the new run's id) and ended as KILLED; any other
+run trackers.json names is left untouched.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 
 from batchscale.rundir.samples import SampleRow
@@ -25,6 +29,8 @@ TABLE_FILE = "eval_examples.json"
 LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"  # where log_table lists a run's tables
 MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
 MAX_PARAM_LENGTH = 6000
+TOKEN_TAG = "batchscale.token"  # what proves a run is the one batchscale created for this run
+SUPERSEDED_TAG = "batchscale.superseded_by"
 
 
 def tracking_uri(run: TrackedRun) -> str:
@@ -56,15 +62,13 @@ class MlflowTracker(Tracker):
 
         self._uri = tracking_uri(run)
         self._client = MlflowClient(tracking_uri=self._uri, registry_uri=self._uri)
-        if resume and previous.get("run_id"):
-            try:
-                uri = previous.get("tracking_uri", self._uri)
-                MlflowClient(tracking_uri=uri, registry_uri=uri).delete_run(previous["run_id"])
-            except Exception:  # noqa: BLE001 - already gone, or another store: the new run is all that matters
-                pass
         experiment = experiment_id(self._client, os.environ.get("MLFLOW_EXPERIMENT_NAME") or run.project)
-        tags = {"batchscale.label": run.group, **({"batchscale.sweep": run.sweep} if run.sweep else {})}
+        self._token = secrets.token_hex(16)
+        tags = {"batchscale.label": run.group, TOKEN_TAG: self._token,
+                **({"batchscale.sweep": run.sweep} if run.sweep else {})}
         self._run_id = self._client.create_run(experiment, run_name=run.name, tags=tags).info.run_id
+        if resume and previous.get("run_id") and previous.get("token"):
+            supersede(previous, self._uri, self._run_id)
         self._table: list[list] = []
         params = [Param(key, param_text(value)[:MAX_PARAM_LENGTH]) for key, value in flatten_config(run.config).items()]
         for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
@@ -88,4 +92,20 @@ class MlflowTracker(Tracker):
 
     @property
     def ids(self) -> dict[str, str]:
-        return {"run_id": self._run_id, "tracking_uri": self._uri}
+        return {"run_id": self._run_id, "tracking_uri": self._uri, "token": self._token}
+
+
+def supersede(previous: dict[str, str], default_uri: str, new_run_id: str) -> None:
+    """End the interrupted run and point it at its successor, only if it is batchscale's own (module docstring)."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        uri = previous.get("tracking_uri", default_uri)
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        found = client.get_run(previous["run_id"])
+        if found.data.tags.get(TOKEN_TAG) != previous["token"]:
+            return  # not the run batchscale created for this run: never touched
+        client.set_tag(previous["run_id"], SUPERSEDED_TAG, new_run_id)
+        client.set_terminated(previous["run_id"], status="KILLED")
+    except Exception:  # noqa: BLE001 - already gone, or another store: the new run is all that matters
+        pass

@@ -3,7 +3,8 @@ Face cache; `trackio show` opens it). Project: the sweep's name; group: the labe
 resolved config. No dashboard is launched and no system metrics are logged. Each eval's samples are a trackio.Table
 under `eval/examples`.
 
-Resume: the interrupted run's trackio run (trackers.json) is deleted and the kept records replayed into a new one.
+Resume: the kept records are replayed into a new trackio run. No trackio run is ever deleted (trackers.json is input
+and may name a run that is not batchscale's): the interrupted run stays in the project beside the new one.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ class TrackioTracker(Tracker):
 
         self._trackio = trackio
         self._project = run.project
-        if resume and previous.get("run_id"):
-            delete_run(trackio, previous.get("project", run.project), previous["run_id"])
         with contextlib.redirect_stdout(io.StringIO()):  # trackio prints where it logs and how to open a dashboard
             self._run = trackio.init(project=run.project, name=run.name, group=run.group, config=run.config,
                                      embed=False, auto_log_gpu=False, auto_log_cpu=False)
@@ -46,13 +45,3 @@ class TrackioTracker(Tracker):
     @property
     def ids(self) -> dict[str, str]:
         return {"project": self._project, "run_id": str(self._run.id)}
-
-
-def delete_run(trackio, project: str, run_id: str) -> None:
-    try:
-        runs = trackio.Api().runs(project)
-    except ValueError:  # no such project: nothing to delete
-        return
-    for found in runs:
-        if found.id == run_id:
-            found.delete()

@@ -3,11 +3,15 @@
 For each batch B (sequences per optimizer update) we build one rollout batch from the built-in task: B prompts drawn
 with a fixed seed, each followed by its reference answer and <eos> as the response (the length a correct response has,
 without running the generator; plain prompts, as the trainer sends them with `model.chat_template = false`). The timed
-region is what the trainer's `train` phase does for a single-pass GRPO step: `accumulate_policy_gradient` over
-micro-batches (forward, clipped surrogate, backward) then `clip_and_step` (gradient clipping and an AdamW step). The
-advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
+region is what the trainer's `train` phase does for a single-pass GRPO step: `Actor.update`, the path runs take
+(`train.update`: two gradient chunks of micro-batches, each a forward, the clipped surrogate and a backward, with the
+chunk norms of the gradient noise scale; then gradient clipping and an AdamW step). The advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
 Each B gets one untimed warm-up update (it also allocates the optimizer state), then `repeats` timed updates with timers
-that synchronize the device; the median is reported.
+that synchronize the device; the median is reported. The built-in task's samples are ~11 tokens long, far shorter than
+RL responses (hundreds to thousands of tokens): on a GPU such an update is a few small matmuls per layer, its time is
+kernel launches and the optimizer step, and its utilization says nothing about the lengths a run trains on.
+`--prompt-tokens` / `--response-tokens` replace the prompts / responses by random tokens of exactly those lengths
+(the response's last one <eos>), so the update has the shape of a realistic rollout batch.
 
 Per B: seconds, tokens/s and samples/s, where tokens = prompt + response tokens of the batch (padding excluded;
 `padded_tokens` counts what the micro-batches actually compute). The cost law time_s = a + b * tokens is fitted with
@@ -36,25 +40,50 @@ from __future__ import annotations
 import statistics
 import time
 
+from batchscale.console import in_long_phase
 from batchscale.errors import UserError
+from batchscale.profile.options import load_profiled_policy, validate_micro_batch
 from batchscale.rundir import TrainingProfile
-from batchscale.systems.options import load_profiled_policy, validate_micro_batch
-from batchscale.train.progress import in_long_phase
 
 PEAK_DTYPES = ("float32", "bfloat16")
 
 
-def build_batch(policy, task, batch: int, seed: int, device):
-    """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts."""
+def build_batch(policy, task, batch: int, seed: int, device, prompt_tokens: int | None = None,
+                response_tokens: int | None = None):
+    """B task prompts with answer + <eos> as responses, collated as the trainer collates rollouts; with
+    `prompt_tokens` / `response_tokens`, random ordinary tokens of exactly that length instead (responses end in <eos>)."""
     import numpy as np
 
     from batchscale.policy.sequences import collate
 
     tok = policy.tokenizer
     examples = task.sample_train(np.random.default_rng(seed), batch)
-    prompt_ids = [list(ids) for ids in tok(policy.format_prompts([e.prompt for e in examples]))["input_ids"]]
-    response_ids = [tok(e.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for e in examples]
+    ordinary = np.setdiff1d(np.arange(len(tok)), tok.all_special_ids)  # never pad, <eos> or <bos> mid-sequence
+    rng = np.random.default_rng([seed, 1])  # its own stream: the task's draws stay those of the default batch
+
+    def random_ids(length: int) -> list[list[int]]:
+        return rng.choice(ordinary, size=(batch, length)).tolist()
+
+    if prompt_tokens is None:
+        prompt_ids = [list(ids) for ids in tok(policy.format_prompts([e.prompt for e in examples]))["input_ids"]]
+    else:
+        prompt_ids = random_ids(prompt_tokens)
+    if response_tokens is None:
+        response_ids = [tok(e.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for e in examples]
+    else:
+        response_ids = [ids + [tok.eos_token_id] for ids in random_ids(response_tokens - 1)]
     return collate(prompt_ids, response_ids, tok.pad_token_id, device)
+
+
+def validate_lengths(prompt_tokens: int | None, response_tokens: int | None, max_positions: int | None = None) -> None:
+    """Synthetic lengths are >= 1 and, once the model is known, fit its positions."""
+    for option, value in (("--prompt-tokens", prompt_tokens), ("--response-tokens", response_tokens)):
+        if value is not None and value < 1:
+            raise UserError(option, f"must be >= 1, got {value}", f"pass {option} 1 or more, or omit it")
+    total = (prompt_tokens or 0) + (response_tokens or 0)
+    if max_positions and total > max_positions:
+        raise UserError("--response-tokens", f"prompt + response = {total} tokens exceed the model's "
+                        f"{max_positions} positions (max_position_embeddings)", "pass shorter lengths")
 
 
 def measure_matmul_rates(dtype: str, m: int, k: int, n: int, device="cpu", repeats: int = 7,
@@ -115,29 +144,35 @@ def update_flops(model, tokens: int, response_tokens: int) -> float:
     return 6.0 * (body * tokens + head.numel() * head_tokens)
 
 
-def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device,
-                compute_dtype=None) -> list[float]:
-    """Seconds of each of `repeats` full updates (after one untimed warm-up update); on CUDA the peak allocated memory
-    counts from the warm-up on."""
+def profiled_actor(policy, batch: int, micro_batch_size: int, compute_dtype, samples_per_prompt: int = 1):
+    """The actor that a run of single-pass GRPO updates of `batch` responses (`samples_per_prompt` per prompt, in
+    micro-batches of `micro_batch_size`) trains with: `train.actor.build_actor`, AdamW at the default settings,
+    clipping at 1.0."""
+    from batchscale.config import Config, derive_plan
+    from batchscale.train.actor import build_actor
+
+    cfg = Config.model_validate({"batch": {"prompts_per_step": batch // samples_per_prompt,
+                                           "samples_per_prompt": samples_per_prompt,
+                                           "micro_batch_size": micro_batch_size},
+                                 "run": {"budget_samples": batch}})
+    return build_actor(policy.model, cfg, derive_plan(cfg), compute_dtype)
+
+
+def time_update(actor, batch, advantages, repeats: int, device) -> list[float]:
+    """Seconds of each of `repeats` full updates, `Actor.update` as a run's `time/train` times it (after one untimed
+    warm-up update); on CUDA the peak allocated memory counts from the warm-up on."""
     import torch
 
     from batchscale.telemetry.timers import synchronize
-    from batchscale.train.actor import accumulate_policy_gradient
-    from batchscale.train.update_schedule import clip_and_step
-
-    def update():
-        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2,
-                                   compute_dtype=compute_dtype or torch.float32)
-        clip_and_step(model, optimizer, max_grad_norm=1.0)
 
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    update()
+    actor.update(batch, advantages)
     times = []
     for _ in range(repeats):
         synchronize(device)
         start = time.perf_counter()
-        update()
+        actor.update(batch, advantages)
         synchronize(device)
         times.append(time.perf_counter() - start)
     return times
@@ -145,7 +180,7 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
 
 def padded_tokens(batch, micro_batch_size: int) -> int:
     """Token positions the update's micro-batches compute (`train.micro_batches.iter_gradient_chunks`, as
-    `accumulate_policy_gradient` runs them): each is trimmed to its own longest sequence."""
+    `train.update.update_network` runs them): each is trimmed to its own longest sequence."""
     from batchscale.train.micro_batches import iter_gradient_chunks
 
     return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1]
@@ -155,20 +190,21 @@ def padded_tokens(batch, micro_batch_size: int) -> int:
 @in_long_phase("profiling training (time per update vs batch)")
 def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[int] = (8, 16, 32),
                      micro_batch_size: int | None = None, repeats: int = 3, seed: int = 0, device: str = "auto",
-                     log=print, compute_dtype: str = "auto", hardware: str | None = None) -> TrainingProfile:
+                     log=print, compute_dtype: str = "auto", hardware: str | None = None,
+                     prompt_tokens: int | None = None, response_tokens: int | None = None) -> TrainingProfile:
     """Time one update per batch size, fit the cost law, and compare to the measured matmul peak."""
     import torch
     from pydantic import ValidationError
 
-    from batchscale.config import ModelConfig, OptimConfig
+    from batchscale.config import ModelConfig
     from batchscale.cpu import native_bf16_cpu
     from batchscale.device import resolve_device
     from batchscale.systems.knee import fit_training_cost
-    from batchscale.systems.options import device_hardware, named_hardware
-    from batchscale.train.optimizer import build_optimizer
+    from batchscale.profile.options import device_hardware, named_hardware
     from batchscale.train.precision import COMPUTE_DTYPES, resolve_training_dtype
 
     validate_micro_batch(batches, micro_batch_size)
+    validate_lengths(prompt_tokens, response_tokens)
     if repeats < 1:
         raise UserError("repeats", f"must be >= 1, got {repeats}", "pass --repeats 1 or more")
     resolve_device(device, "--device")  # before the model loads
@@ -190,9 +226,11 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     params = policy.num_params
     arithmetic = resolve_training_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
     arithmetic_name = str(arithmetic).removeprefix("torch.")
-    optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 
-    sequence_batches = {b: build_batch(policy, task, b, seed, device) for b in batches}
+    validate_lengths(prompt_tokens, response_tokens, getattr(policy.model.config, "max_position_embeddings", None))
+    sequence_batches = {b: build_batch(policy, task, b, seed, device, prompt_tokens, response_tokens) for b in batches}
+    synthetic = ({"prompt_tokens": prompt_tokens, "response_tokens": response_tokens}
+                 if prompt_tokens or response_tokens else None)
     largest = sequence_batches[batches[-1]]
     micro_tokens = int(largest.attention_mask.sum()) * (micro_batch_size or len(largest)) // len(largest)
     shape = matmul_shape(policy.model, micro_tokens)
@@ -210,7 +248,9 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         micro = micro_batch_size or b
         gen = torch.Generator().manual_seed(seed)
         advantages = torch.randn(b, 1, generator=gen).to(device) * batch.response_mask  # (B, L-1)
-        times = time_update(policy.model, optimizer, batch, advantages, micro, repeats, device, arithmetic)
+        actor = profiled_actor(policy, b, micro, arithmetic)
+        times = time_update(actor, batch, advantages, repeats, device)
+        del actor  # its optimizer state: the next batch's actor allocates its own
         seconds = statistics.median(times)
         tokens, response_tokens = int(batch.attention_mask.sum()), int(batch.response_mask.sum())
         flops = update_flops(policy.model, tokens, response_tokens)
@@ -247,4 +287,5 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         threads=torch.get_num_threads(), micro_batch_size=micro_batch_size, repeats=repeats, task=task.name,
         peak_flops_per_s=peak, peaks=peaks, peak_matmul_shape=list(shape),
         rows=rows, fit=fit, roofline=roofline,
+        synthetic_lengths=synthetic,
     )
