@@ -1,7 +1,7 @@
 """The racing rule and schedule (sweep.race_rule, sweep.race) on simulated sweeps with a known truth
 (sweep/race_simulation.py): the final answer leaves the true winner out in at most the stated 5% of sweeps under every
-condition issue 38 names (a few hundred sweeps each here, 2,000 under `slow`: the rates README and docs/LOG.md state),
-budgets are sized from the reference, and points that never ran keep the answer open."""
+condition issue 38 names (100 sweeps each here, 500 under `slow`; the rates README and docs/LOG.md state come from
+3,000), budgets are sized from the reference, and points that never ran keep the answer open."""
 
 from __future__ import annotations
 
