@@ -273,6 +273,11 @@ def test_a_point_that_never_ran_keeps_any_answer_from_excluding_it():
     assert compute_plan([ref, p8], "ref").answer == "winner"
     plan = compute_plan([ref, p8], "ref", not_run=("p64",))
     assert plan.answer == "unresolved" and plan.not_run == ("p64",) and "p64 did not run" in plan.why_unresolved
+    alone = compute_plan([ref], "ref", not_run=("p8", "p64"))  # a time budget that ended after the reference ran
+    assert alone.answer == "unresolved" and alone.best == "ref"
+    text = explain_decision(alone)
+    assert "ref (the reference) wins: it is the only configuration that reached the target" in text
+    assert "covers its rN" not in text and "p8 did not run" in text
 
 
 def test_plan_json_console_and_report_say_the_same_set(capsys):

@@ -91,7 +91,8 @@ def explain_decision(plan: Decision) -> str:
         parts = [f"{tied[0].upper()}{tied[1:]}", fastest]
     else:
         unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
-        parts = [_describe_winner(winner, plan.reference) + (f", {unresolved}" if unresolved else "")]
+        alone = not any(r.eligible and r.label != winner.label for r in plan.rows)
+        parts = [_describe_winner(winner, plan.reference, alone) + (f", {unresolved}" if unresolved else "")]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))
@@ -155,8 +156,10 @@ def format_time_to_target(seconds: float | None) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-def _describe_winner(w: PlanRow, reference: str) -> str:
+def _describe_winner(w: PlanRow, reference: str, alone: bool = False) -> str:
     if w.label == reference:
+        if alone:  # e.g. a racing sweep whose time budget ended before any other point ran: nothing was beaten
+            return f"{w.label} (the reference) wins: it is the only configuration that reached the target"
         return f"{w.label} (the reference) wins: no other eligible configuration's throughput gain covers its rN"
     if w.r_n >= 1:
         cost = f"a {w.r_n:.2f}x sample penalty (rN)"
