@@ -5,7 +5,7 @@
    the mean it reported before.
 2. False resolution: two configurations with the same true N* and q, N* drawn per seed from the same curve model; the
    share of sweeps in which the plan calls the faster-looking one resolved. Old rule: their T intervals (N* percentile
-   bootstrap / q) do not overlap. New rule: plan/resolve.py's test on log T (seeds of ln N*, steps of ln q).
+   bootstrap / q) do not overlap. New rule: plan/resolve.py's test on ln T over seeds (each seed's own N* and q).
 3. Smoothing lag: N* read from noise-free synthetic curves (analysis/synthetic.py, noise_scale 2048, samples_scale 2000)
    evaluated every 1024 and every 256 samples, after a W-point moving average: the trailing one used before, the
    centred one now.
@@ -26,19 +26,19 @@ from batchscale.analysis.curves import smooth_scores
 from batchscale.analysis.synthetic import compute_synthetic_score
 from batchscale.analysis.targets import find_samples_to_target
 from batchscale.plan.decide import compute_plan
+from batchscale.plan.log_time import SeedTime
 from batchscale.plan.rows import ConfigMeasurement
 
 Q_SAMPLES_PER_S, Q_STEP_SD, Q_STEPS = 10.0, 0.05, 40
 
 
 def measure_from_seeds(label: str, n_star: np.ndarray, rng: np.random.Generator, batch: int) -> ConfigMeasurement:
-    """What the plan would see: the analysis's N* statistics and a q measured over noisy steps."""
-    log_q = np.log(Q_SAMPLES_PER_S) + Q_STEP_SD * rng.standard_normal(Q_STEPS)
+    """What the plan would see: each seed's N* and its own run's q (noisy steps, their median: plan/sweep_inputs.py)."""
+    log_q = np.median(np.log(Q_SAMPLES_PER_S) + Q_STEP_SD * rng.standard_normal((len(n_star), Q_STEPS)), axis=1)
     logs = np.log(n_star)
-    return ConfigMeasurement(label, float(n_star.mean()), float(np.exp(log_q).mean()), seeds_reached=len(n_star),
-                             samples_per_step=batch, log_samples_to_target_mean=float(logs.mean()),
-                             log_samples_to_target_sd=float(logs.std(ddof=1)), log_throughput_sd=float(log_q.std(ddof=1)),
-                             throughput_steps=Q_STEPS)
+    return ConfigMeasurement(label, float(np.exp(logs.mean())), float(np.exp(log_q.mean())), seeds_reached=len(n_star),
+                             samples_per_step=batch,
+                             seed_times=tuple(SeedTime(float(n), float(q)) for n, q in zip(logs, log_q)))
 
 
 def measure_false_resolution(seed_counts, repeats: int, seed: int = 1, model: CurveModel = CurveModel()) -> dict:

@@ -42,17 +42,20 @@ def test_a_racing_sweep_records_its_facts_and_resumes(tmp_path, random_model_dir
     spec = write_sweep(tmp_path, random_model_dir, 'seeds = [0, 1, 2]\n[grid]\n"batch.prompts_per_step" = [2, 4]\n')
     points = load_sweep_spec(spec)
     out = tmp_path / "sweep"
-    # a target above any score the random model reaches: every run trains to its budget, nothing can be decided
+    # a target above any score the random model reaches: the reference's first seeds train to their budget, and with
+    # no N*_ref no budget can be sized and nothing decided: the other point never starts (issue 38)
     result = run_sweep(points, out, threads=1, race=RaceSettings(2, 3), target=1.01)
     race = result["race"]
     assert race["target"] == 1.01 and race["answer"] == "none"
-    assert race["seeds"] == {"grpo-P2-G2-sqrt": 2, "grpo-P4-G2-sqrt": 2}  # the first seeds only: no contender
-    assert race["samples_trained"] == 4 * 24 and race["full_grid_samples"] == 6 * 24
+    assert race["seeds"] == {"grpo-P2-G2-sqrt": 2, "grpo-P4-G2-sqrt": 0}
+    assert "did not reach the target" in race["ended"] and race["not_run"] == ["grpo-P4-G2-sqrt"]
+    assert race["samples_trained"] == 2 * 24 and race["full_grid_samples"] == 6 * 24
     document = read_sweep_document(out)
     assert document.race.target == 1.01 and document.race.reference == "grpo-P2-G2-sqrt"
+    assert document.race.not_run == ["grpo-P4-G2-sqrt"] and document.race.budgets == {"grpo-P2-G2-sqrt": 24.0}
     assert sorted(p.name for p in document.points) == sorted(p.name for p in (out / "runs").iterdir())
     again = run_sweep(points, out, threads=1, race=RaceSettings(2, 3))  # the recorded target is kept
-    assert again["skipped"] == 4 and again["ran"] == 0 and again["race"]["target"] == 1.01
+    assert again["skipped"] == 2 and again["ran"] == 0 and again["race"]["target"] == 1.01
     with pytest.raises(UserError, match="stopped at the target 1.01"):
         run_sweep(points, out, threads=1, race=RaceSettings(2, 3), target=0.5)
 

@@ -74,7 +74,7 @@ def test_no_learning_signal_names_no_winner_in_analyze_plan_and_report(tmp_path,
         warnings.simplefilter("ignore", DataWarning)
         given = analyze(sweep, target=0.13)
     assert given["learning_signal"] is False and given["configs"]["b64"]["samples_to_target"]["reached"] == 2
-    assert make_plan(sweep)[0].best is None
+    assert make_plan(sweep).decision.best is None
 
 
 def test_realized_time_sums_step_times_up_to_the_crossing_with_a_slow_warm_up(tmp_path):
@@ -90,7 +90,7 @@ def test_realized_time_sums_step_times_up_to_the_crossing_with_a_slow_warm_up(tm
     assert details["labels"]["a"]["realized_per_seed"] == pytest.approx([14.5, 14.5])
     assert config["time_to_target_realized"] == pytest.approx(14.5)
     (tmp_path / "analysis.json").write_text(json.dumps(result))
-    row = make_plan(tmp_path)[0].row("a")
+    row = make_plan(tmp_path).decision.row("a")
     assert row.measurement.throughput_samples_per_s == pytest.approx(64.0) and row.time_to_target_s == pytest.approx(5.5)
     assert row.measurement.extra["time_to_target_realized"] == pytest.approx(14.5)
     assert row.measurement.extra["throughput_warmup_only"] is False
@@ -102,7 +102,7 @@ def test_a_run_with_no_step_after_warm_up_is_flagged_not_silently_given_a_warm_u
     result, _ = compute_analysis(tmp_path, 0.5, None)
     (tmp_path / "analysis.json").write_text(json.dumps(result))
     with pytest.warns(DataWarning, match="no run has a step after the warm-up step"):
-        decision = make_plan(tmp_path)[0]
+        decision = make_plan(tmp_path).decision
     assert decision.row("a").measurement.extra["throughput_warmup_only"] is True
 
 

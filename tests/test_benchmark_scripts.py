@@ -144,6 +144,15 @@ def test_import_console_benchmark_runs():
     assert [r["steps"] > 0 for r in rows] == [True, True] and rows[1]["size_mb"] > rows[0]["size_mb"]
 
 
+def test_race_error_rate_benchmark_runs(tmp_path):
+    out = tmp_path / "rates.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "race_error_rates.py"), "--sweeps", "5", "--only",
+                           "near tie", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["condition"] == "near tie" and row["sweeps"] == 5 and 0 <= row["missed"] <= 1
+
+
 @pytest.mark.slow  # imports reasoning-gym and loads a model in a subprocess
 def test_task_probe_runs(tmp_path, random_model_dir):
     out, kept = tmp_path / "probe.json", tmp_path / "kept.json"

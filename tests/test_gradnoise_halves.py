@@ -102,7 +102,7 @@ def legacy_terms(batch: SequenceBatch, vectors: torch.Tensor, aggregation: str):
 
 
 def simulate(prompts: int, aggregation: str, class_share: float, steps: int, seed: int = 0):
-    """(B_noise new, B_noise legacy, the truth): ratios of the per-step estimates' means, as `plan --predict` reads a
+    """(B_noise new, B_noise legacy, the truth): ratios of the per-step estimates' means, as `batchscale predict` reads a
     run, against the truth's."""
     gen = torch.Generator().manual_seed(seed)
     new, legacy, noise, grads = [], [], [], []

@@ -178,7 +178,7 @@ def test_predict_on_a_verl_run_with_a_variance_proxy_says_what_it_is(tmp_path, c
     log = tmp_path / "verl.jsonl"
     log.write_text("".join(json.dumps(verl_newer_line(step)) + "\n" for step in (1, 2, 3)))
     import_log("verl", log, tmp_path / "run", prompts_per_step=32, samples_per_prompt=8)
-    assert main(["plan", "--predict", str(tmp_path / "run")]) == 2
+    assert main(["predict", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "logs no gns/b_noise" in err and "variance_proxy/* (medians: proxy1_signal_strength 0.04" in err
     assert "not the parameter-gradient noise B_noise measures" in err

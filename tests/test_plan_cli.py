@@ -162,22 +162,22 @@ def test_sweep_throughput_from_logs_and_decision(tmp_path, capsys):
     assert code == 0
     doc = json.loads(out)
     rows = {r["label"]: r for r in doc["rows"]}
-    # q = samples_per_step / median(time/step after warm-up), mean over seeds: P4 (16/1.0 + 16/2.0) / 2 = 12
-    assert rows["P4"]["throughput_samples_per_s"] == pytest.approx(12.0)
+    # q = samples_per_step / median(time/step after warm-up), geometric mean over seeds: P4 sqrt(16/1.0 * 16/2.0)
+    assert rows["P4"]["throughput_samples_per_s"] == pytest.approx(128 ** 0.5)
     assert rows["P16"]["throughput_samples_per_s"] == pytest.approx(64.0)
     assert rows["P64"]["throughput_samples_per_s"] == pytest.approx(64.0)
     assert rows["P256"]["throughput_samples_per_s"] == pytest.approx(128.0)
     assert rows["P4"]["generate_s"] == pytest.approx(0.75 * 1.5)
     assert rows["P16"]["r_n"] == pytest.approx(1.2)
-    assert rows["P16"]["throughput_gain"] == pytest.approx(64 / 12)
+    assert rows["P16"]["throughput_gain"] == pytest.approx(64 / 128 ** 0.5)
     assert rows["P16"]["time_to_target"] == pytest.approx(1200 / 64)
-    assert rows["P16"]["normalized_time_to_target"] == pytest.approx(1.2 / (64 / 12))
+    assert rows["P16"]["normalized_time_to_target"] == pytest.approx(1.2 / (64 / 128 ** 0.5))
     assert rows["P256"]["censoring"] == "censored"
     assert doc["reference"] == "P4" and doc["best"] == "P16"  # P256 is fastest by q but never reached the target
     assert doc["target"] == 0.3
     assert doc["regime"]["name"] == "generation-knee-first"
     assert doc["regime"]["critical_generation_batch"] == 64.0 and doc["regime"]["critical_training_batch"] == 512.0
-    assert "P64 loses: its 5.33x throughput for rN 2.00 gives T/T_ref = 0.38" in doc["explanation"]
+    assert "P64 loses: its 5.66x throughput for rN 2.00 gives T/T_ref = 0.35" in doc["explanation"]
 
 
 def test_sweep_reference_override_and_human_output(tmp_path, capsys):

@@ -92,11 +92,13 @@ def test_memory_limit_is_the_rooflines_kv_capacity():
 def test_an_infeasible_faster_row_never_wins_and_the_explanation_says_why(tmp_path):
     sweep = make_sweep(tmp_path)  # P4 (ref, 16 samples/step), P16 (64, the winner without a limit), P64, P256
     limit = MemoryLimit("M", "H", 4096, kv_max_batch=32)
-    decision, explanation, _, source = make_plan(sweep, memory=limit, max_concurrency=64)
+    made = make_plan(sweep, memory=limit, max_concurrency=64)
+    decision, explanation, source = made.decision, made.explanation, made.source
     assert decision.best == "P4"
     assert "P16 would be faster" in explanation and "infeasible: decode batch 64 > KV capacity 32" in explanation
     assert source["memory"]["kv_max_batch"] == 32 and source["memory"]["replicas"] == 1
-    decision, explanation, _, _ = make_plan(sweep, memory=limit)  # no cap known: P16 decodes 32 at a time
+    made = make_plan(sweep, memory=limit)
+    decision, explanation = made.decision, made.explanation  # no cap known: P16 decodes 32 at a time
     assert decision.best == "P16" and "throughput capped at 32 sequences" in explanation
 
 
@@ -122,6 +124,6 @@ def test_table_max_concurrency_column(tmp_path):
     table = tmp_path / "t.csv"
     table.write_text("label,samples_to_target,throughput,samples_per_step,max_concurrency\n"
                      "ref,1000,10,1024,256\nbig,1000,20,4096,512\n")
-    decision, _, _, _ = make_plan(table=table, memory=MemoryLimit("M", "H", 2048, kv_max_batch=300))
+    decision = make_plan(table=table, memory=MemoryLimit("M", "H", 2048, kv_max_batch=300)).decision
     assert decision.row("ref").measurement.feasible and not decision.row("big").measurement.feasible
     assert decision.row("ref").measurement.extra["throughput_capped_at"] == 256

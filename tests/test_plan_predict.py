@@ -1,4 +1,4 @@
-"""`batchscale plan --predict RUN_DIR`: on synthetic runs with a known B_noise the rN table is the formula's exactly;
+"""`batchscale predict RUN_DIR`: on synthetic runs with a known B_noise the rN table is the formula's exactly;
 phase times follow the profiles; B_noise is the ratio of the per-step terms' means over the second half; bad input is one line."""
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ def run_plan(capsys, *args) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def run_predict(capsys, *args) -> tuple[int, str, str]:
+    code = main(["predict", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.fixture()
 def run_dir(tmp_path):
     """P = 16 x G = 8: B_ref = 128 samples per step; each phase 0.5 s; gns/b_noise = 512 at every step."""
@@ -30,7 +36,7 @@ def run_dir(tmp_path):
 
 
 def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--batches", "32,256,1024,4096", "--json")
+    code, out, _ = run_predict(capsys, run_dir, "--batches", "32,256,1024,4096", "--json")
     assert code == 0
     doc = json.loads(out)
     assert doc["b_noise"] == {"value": B_NOISE, "low": B_NOISE, "high": B_NOISE, "resolved": True,
@@ -46,7 +52,7 @@ def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
         assert row["time_to_target_normalized"] == pytest.approx(row["r_n_predicted"])
     assert doc["best"] == {"samples_per_step": 32, "low": 32, "high": 32}  # no speed-up: the smallest batch wins
     assert doc["lr_rule"] == "sqrt"  # every candidate is a point of the run's lr family (issue 38)
-    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    code, out, _ = run_predict(capsys, run_dir)
     assert "LR family: each batch at the run's lr rule (sqrt)" in " ".join(out.split())
     assert "a batch at a fixed LR (or another rule) is not a point this prediction speaks for" in " ".join(out.split())
 
@@ -54,7 +60,7 @@ def test_predict_reproduces_the_formula_rn_table_exactly(run_dir, capsys):
 def test_predict_with_profiles_follows_each_phase_model(run_dir, tmp_path, capsys):
     gen_path = write_generation_profile(tmp_path / "gen.json")
     train_path = write_training_profile(tmp_path / "train.json")
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--generation-profile", gen_path,
+    code, out, _ = run_predict(capsys, run_dir, "--generation-profile", gen_path,
                             "--training-profile", train_path, "--batches", "64,256,512,2048", "--json")
     assert code == 0
     doc = json.loads(out)
@@ -79,7 +85,7 @@ def test_predict_with_profiles_follows_each_phase_model(run_dir, tmp_path, capsy
 
 def test_b_noise_is_the_ratio_of_means_over_the_second_half_with_its_interval(tmp_path, capsys):
     run_dir = write_synthetic_run(tmp_path / "noisy", "p16", 0, 16, noise_scale=B_NOISE, gns_sd=0.3)
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    code, out, _ = run_predict(capsys, run_dir, "--json")
     assert code == 0
     doc = json.loads(out)
     steps = read_run(run_dir).steps
@@ -91,12 +97,12 @@ def test_b_noise_is_the_ratio_of_means_over_the_second_half_with_its_interval(tm
     assert doc["b_noise_steps"] == len(window)
     assert doc["best"]["low"] <= doc["best"]["samples_per_step"] <= doc["best"]["high"]
     # the text table says the same
-    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    code, out, _ = run_predict(capsys, run_dir)
     assert code == 0 and "Predicted best" in out and "B_noise" in out and "80% interval" in out
 
 
 def test_roofline_marks_candidates_whose_kv_cache_does_not_fit(run_dir, capsys):
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--model", "Qwen2.5-7B", "--hardware", "H100-SXM",
+    code, out, _ = run_predict(capsys, run_dir, "--model", "Qwen2.5-7B", "--hardware", "H100-SXM",
                             "--context", "8192", "--batches", "64,4096", "--json")
     assert code == 0
     doc = json.loads(out)
@@ -121,14 +127,14 @@ def test_an_unresolved_noise_scale_names_no_best_batch(run_dir, capsys):
     """|G|^2 estimates that average to zero: the gradient is noise at this batch. B_noise is null, no best batch
     is named, and the reason says a longer run or a larger batch is needed."""
     rewrite_grad_sq(run_dir, lambda step: 1e-3 if step % 2 else -1e-3)
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    code, out, _ = run_predict(capsys, run_dir, "--json")
     assert code == 0
     doc = json.loads(out)
     assert doc["b_noise"]["value"] is None and doc["b_noise"]["high"] is None and doc["b_noise"]["resolved"] is False
     assert doc["best"] == {"samples_per_step": None, "low": None, "high": None}
     assert "not above zero" in doc["why_unresolved"] and "several times longer" in doc["why_unresolved"]
     assert all(r["r_n_predicted"] == 1.0 for r in doc["rows"])
-    code, out, _ = run_plan(capsys, "--predict", run_dir)
+    code, out, _ = run_predict(capsys, run_dir)
     assert code == 0 and "not named" in out and "Predicted best" not in out
 
 
@@ -136,7 +142,7 @@ def test_a_barely_resolved_noise_scale_says_how_many_more_samples(run_dir, capsy
     """A positive mean |G|^2 under a scatter that reaches below zero: the reason names the samples that would
     resolve it, at this scatter (the window's standard error shrinking as 1/sqrt(steps))."""
     rewrite_grad_sq(run_dir, lambda step: 0.002 + (0.02 if step % 2 else -0.02) * (1 + step % 3))
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    code, out, _ = run_predict(capsys, run_dir, "--json")
     doc = json.loads(out)
     assert doc["b_noise"]["value"] is not None and doc["b_noise"]["high"] is None
     assert doc["best"]["samples_per_step"] is None
@@ -173,21 +179,21 @@ def strip_noise_scale(run_dir):
     (["--model", "Qwen2.5-7B"], "--model/--hardware"),
 ])
 def test_bad_input_is_one_clear_line(run_dir, capsys, args, needle):
-    code, _, err = run_plan(capsys, "--predict", run_dir, *args)
+    code, _, err = run_predict(capsys, run_dir, *args)
     assert code == 2 and needle in err and "Fix:" in err and "Traceback" not in err
 
 
 def test_a_run_without_the_noise_scale_says_so(run_dir, capsys):
     strip_noise_scale(run_dir)
-    code, _, err = run_plan(capsys, "--predict", run_dir)
+    code, _, err = run_predict(capsys, run_dir)
     assert code == 2 and "gns/b_noise" in err and "Traceback" not in err
 
 
-def test_predict_refuses_a_sweep_and_predict_only_flags_without_it(run_dir, tmp_path, capsys):
-    code, _, err = run_plan(capsys, tmp_path, "--predict", run_dir)
-    assert code == 2 and "--predict" in err
-    code, _, err = run_plan(capsys, tmp_path, "--batches", "64")
-    assert code == 2 and "--predict only" in err
+def test_plan_has_no_prediction_flags(run_dir, tmp_path, capsys):
+    """The prediction is `batchscale predict` only (its `plan --predict` alias was dropped, issue 38)."""
+    for args in ((tmp_path, "--predict", run_dir), (tmp_path, "--batches", "64")):
+        code, _, err = run_plan(capsys, *args)
+        assert code == 2 and err.startswith("error: No such option") and len(err.strip().splitlines()) == 1
 
 
 def test_phase_models_without_fits_interpolate_the_profile_rows():

@@ -1,5 +1,6 @@
-"""`batchscale predict RUN_DIR` is the prediction's own command; `plan --predict RUN_DIR` is its alias: the same
-flags give the same document and the same table, and the alias says on stderr what it is."""
+"""`batchscale predict RUN_DIR` is the prediction's one command (its `plan --predict` alias was dropped, issue 38):
+`plan` takes no prediction flags, and the memory options the two share are declared once (plan/options.py), so they
+read the same in both commands' help."""
 
 from __future__ import annotations
 
@@ -7,11 +8,8 @@ import json
 
 import pytest
 
-from document_fixtures import write_generation_profile, write_training_profile
-
 from batchscale.analysis.synthetic import write_synthetic_run
 from batchscale.cli import main
-from batchscale.plan.predict_cli import ALIAS_NOTE
 
 
 @pytest.fixture()
@@ -19,46 +17,25 @@ def run_dir(tmp_path):
     return write_synthetic_run(tmp_path / "run", "p16", 0, 16, noise_scale=512.0, gns_sd=0.2)
 
 
-def both_spellings(capsys, run_dir, *flags) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
-    results = []
-    for args in (["predict", str(run_dir), *flags], ["plan", "--predict", str(run_dir), *flags]):
-        code = main(args)
-        captured = capsys.readouterr()
-        results.append((code, captured.out, captured.err))
-    return results[0], results[1]
+def test_predict_prints_its_document(run_dir, capsys):
+    assert main(["predict", str(run_dir), "--batches", "32,256,1024", "--json"]) == 0
+    batches = [row["samples_per_step"] for row in json.loads(capsys.readouterr().out)["rows"]]
+    assert {32, 256, 1024} <= set(batches)  # and the run's own, 128
 
 
-@pytest.mark.parametrize("flags", [
-    [],
-    ["--batches", "32,256,1024"],
-    ["--generation-profile", "{gen}", "--training-profile", "{train}", "--batches", "64,512"],
-    ["--model", "Qwen2.5-7B", "--hardware", "H100-SXM", "--context", "4096"],
-])
-def test_both_spellings_print_the_same_json(run_dir, tmp_path, capsys, flags):
-    paths = {"gen": write_generation_profile(tmp_path / "gen.json"), "train": write_training_profile(tmp_path / "t.json")}
-    flags = [f.format(**paths) for f in flags]
-    (code, out, err), (alias_code, alias_out, alias_err) = both_spellings(capsys, run_dir, *flags, "--json")
-    assert code == alias_code == 0
-    assert json.loads(out) == json.loads(alias_out) and json.loads(out)["rows"]
-    assert out == alias_out
-    assert ALIAS_NOTE not in err and alias_err.strip().splitlines()[0] == ALIAS_NOTE
+@pytest.mark.parametrize("flags", [["--predict", "{run}"], ["{run}", "--batches", "64"],
+                                   ["{run}", "--training-profile", "t.json"]])
+def test_plan_takes_no_prediction_flags(run_dir, capsys, flags):
+    assert main(["plan", *(f.format(run=run_dir) for f in flags)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: No such option") and len(err.strip().splitlines()) == 1
 
 
-def test_both_spellings_print_the_same_table(run_dir, capsys):
-    (code, out, _), (alias_code, alias_out, _) = both_spellings(capsys, run_dir, "--batches", "64,256")
-    assert code == alias_code == 0 and out == alias_out and "B_noise" in out
-
-
-@pytest.mark.parametrize("flags, needle", [
-    (["--model", "Qwen2.5-7B"], "--model/--hardware"),
-    (["--batches", "0"], "--batches"),
-])
-def test_bad_input_is_the_same_one_line_error(run_dir, capsys, flags, needle):
-    (code, _, err), (alias_code, _, alias_err) = both_spellings(capsys, run_dir, *flags)
-    assert code == alias_code == 2
-    assert err.startswith(f"error: {needle}") and alias_err.endswith(err) and len(err.strip().splitlines()) == 1
-
-
-def test_prediction_flags_without_a_prediction_point_at_the_command(tmp_path, capsys):
-    assert main(["plan", str(tmp_path), "--batches", "64"]) == 2
-    assert "batchscale predict RUN_DIR" in capsys.readouterr().err
+def test_the_shared_options_read_the_same_in_both_commands(capsys):
+    helps = {}
+    for command in ("plan", "predict"):
+        main([command, "--help"])
+        helps[command] = " ".join(capsys.readouterr().out.replace("\u2502", " ").split())  # rich's box edges out
+    for text in ("--model", "--hardware", "--context", "--mem-util", "--generation-profile", "the roofline and the "
+                 "KV-cache check", "Usable fraction of device memory."):
+        assert text in helps["plan"] and text in helps["predict"]

@@ -133,3 +133,31 @@ def test_a_stopped_points_shorter_curve_is_drawn(raced, monkeypatch):
     monkeypatch.setattr(plots, "save_figure", keep_lines)
     plots.plot_curves(result, details, "curve", "cumulative samples N", raced / "unused.png")
     assert max(drawn[STOPPED_LABEL]) == STOP_AT and max(drawn[REFERENCE]) == 8192
+
+
+def test_a_point_stopped_between_seeds_reads_stopped_in_analysis_and_plan_too(tmp_path):
+    """The race also stops a point after a finished seed (sweep.race `_stop_losers`), when no run's summary says so:
+    sweep.json's race.stopped carries it to analysis.json and plan.json, as demo.json and the console always had it
+    (issue 38: P8's `stopped: null`)."""
+    from batchscale.plan.make import plan_sweep
+
+    sweep = small_sweep(tmp_path / "between")
+    message = "cannot win (T > 39 s at N = 3,584; the leader p16_g8_sqrt reaches the target within 38 s)"
+    write_race(sweep, {"p8_g8_sqrt": message})
+    result = quiet_analyze(sweep)
+    assert result["configs"]["p8_g8_sqrt"]["stopped"] == message
+    rows = {row["label"]: row for row in plan_sweep(sweep).to_json()["rows"]}
+    assert rows["p8_g8_sqrt"]["stopped"] == message
+    assert rows["p8_g8_sqrt"]["eligible"]  # every seed of it reached the target before the stop: it is measured
+
+
+def test_analysis_json_carries_each_seeds_n_star_samples_and_crossing_gap(raced):
+    """The plan's test needs every seed (the seed is the unit): N* (null: censored), the samples it trained (the
+    bound a censored seed gives), and the eval interval its crossing was read from."""
+    configs = quiet_analyze(raced)["configs"]
+    stopped = configs[STOPPED_LABEL]
+    assert stopped["n_star_per_seed"] == [None, None] and stopped["samples_trained_per_seed"] == [STOP_AT, STOP_AT]
+    reference = configs[REFERENCE]
+    assert all(n is not None for n in reference["n_star_per_seed"]) and all(g > 0 for g in
+                                                                           reference["crossing_gap_per_seed"])
+    assert len(reference["n_star_per_seed"]) == len(reference["seeds"]) == len(reference["crossing_gap_per_seed"])

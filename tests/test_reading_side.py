@@ -43,7 +43,7 @@ def test_reading_commands_never_import_the_training_stack(tmp_path):
         commands = [
             ["analyze", {str(sweep)!r}, "--json"],
             ["plan", {str(sweep)!r}, "--json"],
-            ["plan", "--predict", {str(sweep / "runs" / "p8_g8_sqrt__s0")!r}, "--generation-profile",
+            ["predict", {str(sweep / "runs" / "p8_g8_sqrt__s0")!r}, "--generation-profile",
              {str(sweep / "profiles" / "generation.json")!r}, "--training-profile",
              {str(sweep / "profiles" / "training.json")!r}, "--json"],
             ["report", {str(sweep)!r}, "--json"],

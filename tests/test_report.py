@@ -17,6 +17,7 @@ from report_fixtures import MACHINE, WINNER, make_timed_sweep, write_generation_
 
 from batchscale.analysis.analyze import analyze
 from batchscale.cli import main
+from batchscale.markup import markdown_text
 from batchscale.plan.make import make_plan
 from batchscale.report.build import build_report
 
@@ -83,7 +84,8 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     generation, training = write_generation_profile(tmp_path / "gen.json"), write_training_profile(tmp_path / "t.json")
     report_html = build_report(sweep, generation, training)
     assert report_html == sweep / "report.html"
-    decision, explanation, regime, _ = make_plan(path=sweep, generation_profile=generation)
+    made = make_plan(path=sweep, generation_profile=generation)
+    decision, explanation, regime = made.decision, made.explanation, made.regime
     assert decision.best == WINNER  # the plan itself picks the designed optimum
     parsed = parse(report_html)
     # the decision table: one row per label, the winner's row alone highlighted, its numbers as the plan computed them
@@ -94,13 +96,15 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     assert winners[0][1:4] == ["64", "8", "512"]  # P, G, B_train
     assert winners[0][6] == f"{won.r_n:.2f}" and winners[0][7] == f"{won.throughput_gain:.2f}x"
     assert winners[0][9] != "-"  # realized T, beside T = N*/q
-    assert winners[0][10] == f"{won.normalized_time_to_target:.2f}" and winners[0][11] == "yes"
+    assert winners[0][10] == f"{won.normalized_time_to_target:.2f}" and winners[0][12] == "yes"
+    reference_n = decision.row(decision.reference).measurement.samples_to_target
+    assert winners[0][11] == f"{won.measurement.budget_samples / reference_n:.2f}"  # budget / N*_ref
     text = report_html.read_text(encoding="utf-8")
     assert html.escape(explanation) in text and html.escape(regime.sentence) in text
     assert f"T/T_ref = {won.normalized_time_to_target:.2f}" in explanation  # the explanation names the deciding numbers
     assert "generation-knee-first" in text and "How this was measured" in text
     assert MACHINE["cpu"] in text and MACHINE["torch_version"] in text and "t-interval on log N*" in text
-    assert "id=\"verdict\"" in text and ("Resolved:" in text or "Unresolved:" in text)
+    assert "id=\"verdict\"" in text and ("Resolved" in text or "Unresolved:" in text)
     # six figures, all inline PNGs: the file opens offline
     assert len(parsed.images) == 6 and parsed.external == []
     for src in parsed.images:
@@ -112,7 +116,7 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     # it replaces analyze's report.md, so it carries that content too: the learning table and the alignment statistic
     assert "## Learning side: samples-to-target, invariance, gradient noise" in markdown
     assert "aligned: D = mean |J_label - J_ref|" in markdown
-    assert f"## Best configuration: {WINNER}" in markdown and explanation in markdown
+    assert f"## Best configuration: {WINNER}" in markdown and markdown_text(explanation) in markdown
     header = "| label | P | G | B_train | N* (samples) | q (samples/s) | rN | throughput gain q/q_ref | T = N*/q | realized T | T/T_ref |"
     assert header in markdown
     assert f"| **\u2605 {WINNER}** | 64 | 8 | 512 |" in markdown

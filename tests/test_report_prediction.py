@@ -31,3 +31,19 @@ def test_closing_note_in_markdown_and_html(tmp_path):
     assert 0 < fraction < 1 and f"{fraction:.1%} of the sweep's compute" in note
     html = written["report_html"].read_text()
     assert 'id="prediction"' in html and f"Predicted best: {WINNER}" in html
+
+
+def test_the_predicted_best_is_never_a_configuration_outside_the_references_lr_family():
+    """The formula rN(B) holds along the retuned family only: a fixed-LR control with the smallest rN_predicted / q
+    gain is not the predicted best (issue 38: the report named grpo-P32-G8-none)."""
+    from batchscale.analysis.prediction import compare_best
+
+    configs = {"ref": {"lr_rule": "sqrt", "r_n_predicted": 1.0}, "p32": {"lr_rule": "sqrt", "r_n_predicted": 1.3},
+               "ctrl": {"lr_rule": "none", "r_n_predicted": 1.3}}
+    analysis = {"reference": "ref", "configs": configs}
+    plan = {"best": "p32", "rows": [{"label": "ref", "throughput_gain": 1.0, "eligible": True},
+                                    {"label": "p32", "throughput_gain": 2.0, "eligible": True},
+                                    {"label": "ctrl", "throughput_gain": 2.2, "eligible": True}]}
+    assert compare_best(analysis, plan) == {"predicted": "p32", "measured": "p32"}
+    configs["ctrl"]["lr_rule"] = "sqrt"  # the same numbers inside the family: then it would be
+    assert compare_best(analysis, plan)["predicted"] == "ctrl"

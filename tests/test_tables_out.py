@@ -119,9 +119,10 @@ def test_a_failed_write_leaves_the_previous_table_and_no_temporary(sweep, tmp_pa
     assert path.read_text() == "the previous table\n" and [p.name for p in tmp_path.iterdir()] == ["plan.csv"]
 
 
-def test_prediction_refuses_table_flags(tmp_path, capsys):
-    assert main(["plan", "--predict", str(tmp_path), "--csv", str(tmp_path / "t.csv")]) == 2
-    assert "batchscale predict RUN_DIR --json" in capsys.readouterr().err
+def test_prediction_takes_no_table_flags(tmp_path, capsys):
+    """`batchscale predict` prints its own document: it has no --csv (and `plan --predict` is gone, issue 38)."""
+    assert main(["predict", str(tmp_path), "--csv", str(tmp_path / "t.csv")]) == 2
+    assert "--csv" in capsys.readouterr().err
 
 
 def test_a_failed_table_write_removes_what_analyze_wrote(sweep, tmp_path, monkeypatch, capsys):

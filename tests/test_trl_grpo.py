@@ -3,7 +3,7 @@ token-sum loss `dapo`, gradient checkpointing on as TRL defaults, a linearly dec
 users add callbacks (`GRPOTrainer(..., callbacks=[GradientNoiseCallback()])`): training is bitwise the same with and
 without it (losses, gradient norms, final weights), every training log carries the gns keys and timers (their step
 norm is the Trainer's own before clipping), `batchscale import trl` passes them and the decaying learning rate
-(`lr/actor` per record) into the step records, and `plan --predict` plans from the imported run. The same under DDP:
+(`lr/actor` per record) into the step records, and `batchscale predict` plans from the imported run. The same under DDP:
 two CPU processes (torchrun, gloo), where the step norm the estimate uses must be the all-reduced one the Trainer
 logs as grad_norm.
 
@@ -101,7 +101,7 @@ def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, cap
     check_entries(measured["log"], MICRO * ACCUMULATION)
     assert not any(key.startswith("gns/") for e in plain["log"] for key in e)
 
-    # imported: the step records carry them; plan --predict runs on the import
+    # imported: the step records carry them; predict runs on the import
     run_dir = tmp_path / "run"
     assert main(["import", "trl", str(tmp_path / "measured"), "--out", str(run_dir),
                  "--prompts-per-step", str(P), "--samples-per-prompt", str(G)]) == 0
@@ -116,7 +116,7 @@ def test_callback_in_a_real_grpo_run(trl_python, random_model_dir, tmp_path, cap
     assert not any(key.startswith(("gns/", "time/")) for key in block["unknown_keys"])
     assert not any(line.startswith(("time/generate", "time/train")) for line in block["not_provided"])
     capsys.readouterr()
-    assert main(["plan", "--predict", str(run_dir), "--json"]) == 0
+    assert main(["predict", str(run_dir), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["reference"]["samples_per_step"] == MICRO * ACCUMULATION
     assert "b_noise" in document and document["rows"]

@@ -197,7 +197,8 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     done(mark)
 
     result = {"out": str(out), "report": str(report), "best": plan["best"], "runner_up": plan["runner_up"],
-              "answer": plan["answer"], "near_optimal": plan["near_optimal"],
+              "answer": plan["answer"], "near_optimal": plan["near_optimal"], "equivalent": plan["equivalent"],
+              "budget_cut": plan["budget_cut"], "not_run": plan["not_run"], "start_accuracy": start_accuracy(out),
               "resolved": plan["resolved"], "why_unresolved": plan["why_unresolved"],
               "explanation": plan["explanation"], "regime": plan["regime"], "reference": plan["reference"],
               "target": analysis["target"], "target_rule": analysis["target_rule"], "race": swept["race"],
@@ -206,20 +207,43 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     return result
 
 
+def start_accuracy(out: Path) -> float | None:
+    """The policy's greedy accuracy before any update: the first eval of the runs (every run starts from the same
+    pinned weights; the mean, should a CPU's rounding make them differ)."""
+    from batchscale.rundir import find_run_dirs, read_run
+
+    starts = [run.summary.eval_start for run in map(read_run, find_run_dirs(out))
+              if run.summary is not None and run.summary.eval_start is not None]
+    return sum(starts) / len(starts) if starts else None
+
+
+def describe_budgets(rows: list[dict]) -> str:
+    """"P4 1.70, P8 3.12, ..." : each point's budget over the reference's N*, "(cut)" where the budget cut it."""
+    return ", ".join(f"{row['label']} {row['budget_over_reference_n_star']:.2f}" + (" (cut)" if row["budget_cut"] else "")
+                     for row in rows if row.get("budget_over_reference_n_star") is not None)
+
+
 def summarize_demo(result: dict) -> str:
     if result["answer"] == "winner":
         verdict = f"resolved: {result['best']}"
     elif result["answer"] == "near_optimal":
-        verdict = f"resolved as a near-optimal set: any of {', '.join(result['near_optimal'])}"
+        tie = "equivalent within [0.90, 1.11]" if result.get("equivalent") else \
+            "not separated: more seeds could change which is fastest"
+        verdict = f"resolved as a near-optimal set: any of {', '.join(result['near_optimal'])} ({tie})"
     else:
         verdict = f"not resolved: {result['why_unresolved']}"
     race = result["race"]
+    start = result.get("start_accuracy")
     lines = [f"decision: {result['best']} (reference {result['reference']}, target {result['target']:.4g}: "
              f"{result['target_rule']})",
              f"verdict: {verdict}", f"why: {result['explanation']}",
+             f"start: greedy accuracy {start:.3f} before any update" if start is not None else "start: unknown",
              f"race: {race['ended']}; {race['samples_trained']:,.0f} samples trained, "
-             f"{race['samples_trained'] / race['full_grid_samples']:.0%} of the full grid"]
+             f"{race['samples_trained'] / race['full_grid_samples']:.0%} of the full grid",
+             f"budget / N*_ref: {describe_budgets(result['rows']) or 'unknown'}"]
     lines += [f"stopped: {label}: {why}" for label, why in race["stopped"].items()]
+    lines += [f"cut by the budget, not beaten: {label}" for label in result.get("budget_cut") or []]
+    lines += [f"not run (the time budget ended first): {label}" for label in result.get("not_run") or []]
     regime = result.get("regime")
     if isinstance(regime, dict):
         lines.append(f"regime: {regime.get('name')}: {regime.get('sentence', '')}")

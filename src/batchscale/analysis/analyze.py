@@ -33,7 +33,7 @@ from batchscale.analysis import alignment, curves, gradnoise, intervals, predict
 from batchscale.analysis.runs import LoadedRun, load_runs
 from batchscale.config import DEFAULT_LR_RULE, LR_RULE_EXPONENTS, read_lr_rule
 from batchscale.errors import DataWarning, UserError
-from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target
+from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target, read_sweep_document
 from batchscale.rundir.ownership import (MARKER_FILE, check_may_write_outputs, directory_kind, mark_directory,
                                          read_marker)
 
@@ -248,6 +248,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     family = [label for label in by_label if normalize_lr_rule(by_label[label][0].descriptor.lr_rule) == lr_rule]
     configs, details = {}, {"labels": {}, "reference": reference, "target_rule": target_rule, "family": family}
     warn_censoring(by_label, per_label, reference, target)
+    raced_stops = race_stops(path)
     for label, runs in by_label.items():
         measured = per_label[label]
         aligned = alignment.measure_alignment(eval_curves[label], eval_curves[reference])
@@ -263,7 +264,10 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "time_to_target_realized": measured["realized_mean"],
             "learns": signals[label]["learns"],
             "staleness_mean": mean_of_present([r.get(STALENESS_KEY) for run in runs for r in run.steps]),
-            "stopped": race_stop_message(runs),
+            "stopped": race_stop_message(runs) or raced_stops.get(label),
+            "n_star_per_seed": measured["n_star_per_seed"],
+            "samples_trained_per_seed": [float(samples_trained(r)) for r in runs],
+            "crossing_gap_per_seed": measured["crossing_gap_per_seed"],
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,
@@ -292,6 +296,18 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     family_alignment = [(configs[label]["samples_per_step"], configs[label]["aligned"]) for label in family]
     details["alignment_break"] = alignment.find_alignment_break(family_alignment, configs[reference]["samples_per_step"])
     return result, details
+
+
+def race_stops(path: Path) -> dict[str, str]:
+    """label -> why a racing sweep stopped the point (sweep.json race.stopped): the race also stops a point between
+    seeds, after a finished seed, when no run's summary says so."""
+    document = read_sweep_document(path) if Path(path).is_dir() else None
+    return dict(document.race.stopped) if document is not None and document.race is not None else {}
+
+
+def samples_trained(run: LoadedRun) -> int:
+    """Cumulative samples at the run's last record: a seed that never reached the target has N* above this."""
+    return max((r["samples"] for r in (*run.steps, *run.evals)), default=0)
 
 
 def race_stop_message(runs: list[LoadedRun]) -> str | None:
@@ -327,7 +343,7 @@ def measure_label(label: str, runs: list[LoadedRun], seed_curves: list, target: 
     if target is None:  # no learning signal and no target: nothing to measure
         n_star = {**intervals.summarize_censored([]), "interval": "no target: no learning signal"}
         return {"n_star_per_seed": [None] * len(runs), "n_star": n_star, "updates_mean": None,
-                "realized_per_seed": [None] * len(runs), "realized_mean": None}
+                "realized_per_seed": [None] * len(runs), "realized_mean": None, "crossing_gap_per_seed": [None] * len(runs)}
     n_star_per_seed = [targets.find_samples_to_target(n, j, target) for n, j in seed_curves]
     warn_wide_brackets(label, runs, seed_curves, n_star_per_seed, target)
     updates = [targets.compute_updates_to_target(n, r.samples_per_step, r.descriptor.updates_per_step)
@@ -339,6 +355,8 @@ def measure_label(label: str, runs: list[LoadedRun], seed_curves: list, target: 
         "updates_mean": mean_of_present(updates),
         "realized_per_seed": realized,
         "realized_mean": mean_of_present(realized),
+        "crossing_gap_per_seed": [None if (b := targets.find_crossing_bracket(n, j, target)) is None else b[1] - b[0]
+                                  for n, j in seed_curves],
     }
 
 

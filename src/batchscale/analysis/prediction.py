@@ -57,10 +57,15 @@ def fitted_noise_scale(configs: dict, reference: str) -> float | None:
 
 
 def compare_best(analysis: dict, plan: dict) -> dict:
-    """Predicted best (smallest rN_predicted / measured q gain among the plan's eligible rows) and measured best."""
-    scored = [(analysis["configs"][row["label"]].get("r_n_predicted") / row["throughput_gain"], row["label"])
-              for row in plan["rows"]
-              if row["eligible"] and analysis["configs"].get(row["label"], {}).get("r_n_predicted") is not None]
+    """Predicted best (smallest rN_predicted / measured q gain among the plan's eligible rows of the reference's lr
+    rule: the formula holds along the retuned family only, so a control with another rule is never "predicted best")
+    and measured best."""
+    configs = analysis["configs"]
+    family = configs.get(analysis.get("reference"), {}).get("lr_rule")
+    scored = [(configs[row["label"]]["r_n_predicted"] / row["throughput_gain"], row["label"])
+              for row in plan["rows"] if row["eligible"] and row["label"] in configs
+              and configs[row["label"]].get("r_n_predicted") is not None
+              and configs[row["label"]].get("lr_rule") == family]
     return {"predicted": min(scored)[1] if scored else None, "measured": plan.get("best")}
 
 

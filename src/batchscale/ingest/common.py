@@ -36,7 +36,7 @@ VARIANCE_PROXY_NOTE = (
     "norm, parameter space), proxy2 = E[A^2 W] (a per-trajectory score-norm proxy from forward quantities: W sums "
     "1 - 2 pi_t + sum pi^2 over the response, the squared norm of the log-prob gradient with respect to the logits), "
     "proxy3 = (proxy2 - proxy1)/(N - 1); they are not batchscale's gradient noise scale B_noise = tr(Sigma)/|G|^2 "
-    "(McCandlish et al.), which needs parameter-gradient norms at two batch sizes, and plan --predict does not use "
+    "(McCandlish et al.), which needs parameter-gradient norms at two batch sizes, and batchscale predict does not use "
     "them (proxy3 mixes a logit-space power with a parameter-space norm)")
 
 # batchscale step key -> framework -> framework keys, first present wins.

@@ -6,7 +6,7 @@ A plain `transformers.TrainerCallback`, made without the trainer and bound on `o
 passes every callback (`args`, `state`, `model`); it wraps no trainer method. Each optimizer step gets `gns/grad_sq` =
 |G|^2 and `gns/trace_sigma` = tr(Sigma) (McCandlish et al. 2018, `telemetry.gradnoise.estimate_noise_terms`),
 `gns/b_noise` (`NoiseScaleEMA`, as native runs log it), and `time/generate`, `time/train`; they enter each training
-log entry, hence trainer_state.json's log_history, which `batchscale import trl` reads and `plan --predict` plans from.
+log entry, hence trainer_state.json's log_history, which `batchscale import trl` reads and `batchscale predict` plans from.
 Checked against TRL 1.13.0 with transformers 5.25.0 and torch 2.13.0 (CHECKED_TRL; another TRL gets a warning naming
 what was checked); every event and hook it uses is public API, except torch's autograd `queue_callback` (below).
 

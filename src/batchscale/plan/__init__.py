@@ -9,6 +9,6 @@ feasible configuration maximizing q/rN (arXiv 2608.29296, "Decision rule and reg
 - `explain`: the regime (generation knee vs critical training batch) and the one-sentence explanation;
 - `load_table`: a CSV measured elsewhere; `sweep_inputs`: analysis.json plus throughput from the runs' logs;
 - `make`: the plan from a sweep or a table, and its document; `cli`: the `batchscale plan` command;
-- `predict`: rN and q of other batches from one run; `predict_cli`: `batchscale predict` (and `plan --predict`).
+- `predict`: rN and q of other batches from one run; `predict_cli`: `batchscale predict`.
 Reads tables, analysis.json and run logs only; never imports the training stack.
 """

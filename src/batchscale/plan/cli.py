@@ -2,9 +2,9 @@
 
 Two sources: a sweep directory (analysis.json + the runs' logs, see `load_sweep_inputs`) or `--table FILE.csv` with
 numbers measured elsewhere (see `load_table`). Prints a table to stdout, or with `--json` only the plan document
-(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files.
-`--predict RUN_DIR` is an alias of `batchscale predict RUN_DIR` (`plan.predict_cli`), kept for the scripts that use it:
-it takes the prediction's flags (--training-profile and --batches, hidden here) and says on stderr that it is an alias.
+(`rundir.PlanDocument`: reference, best, explanation, regime, rows with time_to_target in seconds). Writes no files
+but the --csv/--parquet tables. The prediction from one run is its own command, `batchscale predict RUN_DIR`
+(plan.predict_cli); the memory options both take are declared once (plan.options).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
+from batchscale.plan.options import (DEFAULT_CONTEXT, DEFAULT_MEM_UTIL, ContextOption, GenerationProfileOption,
+                                     HardwareOption, JsonOption, MemUtilOption, ModelOption)
 
 
 def plan(
@@ -27,22 +29,17 @@ def plan(
     reference: Annotated[
         Optional[str], typer.Option("--reference", help="Reference label (default: analysis.json's, or the first row).")
     ] = None,
-    generation_profile: Annotated[
-        Optional[Path], typer.Option("--generation-profile", help="JSON of `profile generation --json`, for the regime "
-                                     "(a server's, --backend openai: also the generation side of q).")
-    ] = None,
+    generation_profile: GenerationProfileOption = None,
     critical_generation_batch: Annotated[
         Optional[float], typer.Option("--critical-generation-batch", help="Generation knee, samples in flight.")
     ] = None,
     critical_training_batch: Annotated[
         Optional[float], typer.Option("--critical-training-batch", help="B_simple, samples per update.")
     ] = None,
-    model: Annotated[
-        Optional[str], typer.Option("--model", help="With --hardware: mark rows whose decode batch's KV cache does not fit.")
-    ] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware preset, e.g. H100-SXM.")] = None,
-    context: Annotated[int, typer.Option("--context", help="Tokens per sequence for the KV-cache bound.")] = 2048,
-    mem_util: Annotated[float, typer.Option("--mem-util", help="Usable fraction of device memory.")] = 0.9,
+    model: ModelOption = None,
+    hardware: HardwareOption = None,
+    context: ContextOption = DEFAULT_CONTEXT,
+    mem_util: MemUtilOption = DEFAULT_MEM_UTIL,
     max_concurrency: Annotated[
         Optional[int], typer.Option("--max-concurrency", help="Sequences decoding at once per engine (default: run.json).")
     ] = None,
@@ -51,15 +48,10 @@ def plan(
     colocated: Annotated[
         bool, typer.Option("--colocated", help="The trainer shares the GPUs: its weights and Adam state use memory.")
     ] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    json_out: JsonOption = False,
     allow_mixed: Annotated[
         bool, typer.Option("--allow-mixed", help="Plan over runs of different tasks or models (refused by default).")
     ] = False,
-    predict: Annotated[
-        Optional[Path], typer.Option("--predict", help="An alias of `batchscale predict RUN_DIR` (see its --help).")
-    ] = None,
-    training_profile: Annotated[Optional[Path], typer.Option("--training-profile", hidden=True)] = None,  # --predict's
-    batches: Annotated[Optional[str], typer.Option("--batches", hidden=True)] = None,  # --predict's
     csv_path: Annotated[
         Optional[Path], typer.Option("--csv", help="Also write the table here: one row per label, units in the "
                                                    "column names (n_star_samples, t_target_s).")
@@ -69,53 +61,35 @@ def plan(
     ] = None,
 ) -> None:
     """Pick the feasible configuration that reaches the target soonest: T = N*/q, T/T_ref = rN / (q/q_ref).
-    To predict from one run before any sweep: `batchscale predict RUN_DIR` (--predict RUN_DIR is its alias)."""
+    To predict from one run before any sweep: `batchscale predict RUN_DIR`."""
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.plan.memory import compute_memory_limit
     from batchscale.rundir.tables import check_table_format, check_table_outputs, plan_table, write_tables
 
-    if predict is not None and (csv_path is not None or parquet_path is not None):
-        raise UserError("--csv/--parquet", "write the plan's table; a prediction prints its own document",
-                        "drop them, or save `batchscale predict RUN_DIR --json`")
     check_table_format(csv_path, "--csv")
     check_table_format(parquet_path, "--parquet")
     check_table_outputs({"--csv": csv_path, "--parquet": parquet_path},
                         {"PATH": path, "--table": table, "--generation-profile": generation_profile})
-    if predict is not None:
-        from batchscale.plan.predict_cli import ALIAS_NOTE, show_prediction
-
-        if path is not None or table is not None:
-            raise UserError("--predict", "reads one run, not a sweep directory or --table",
-                            "pass either --predict RUN_DIR, or a sweep directory / --table")
-        typer.echo(ALIAS_NOTE, err=True)
-        show_prediction(predict, batches, generation_profile, training_profile, model, hardware, context, mem_util,
-                        json_out)
-        return
     if (model is None) != (hardware is None):
         raise UserError("--model/--hardware", "the memory check needs both", "pass both, or neither")
-    if training_profile is not None or batches is not None:
-        raise UserError("--training-profile/--batches", "apply to --predict only",
-                        "use `batchscale predict RUN_DIR` with them, or drop them")
     memory = compute_memory_limit(model, hardware, context, mem_util, gpus=gpus, tensor_parallel=tensor_parallel,
                                   colocated=colocated) if model is not None else None
-    decision, explanation, regime, source = make_plan(
-        path, table, reference, generation_profile, critical_generation_batch, critical_training_batch, memory,
-        max_concurrency,
-    )
-    if path is not None:
+    if path is not None and table is None and Path(path).is_dir():
         from batchscale.analysis.runs import check_mixed_runs
 
-        check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused, or warned about
-    document = plan_document(decision, explanation, regime, source).to_json()
+        check_mixed_runs(path, allow_mixed)  # runs of different tasks or models: refused before any plan is made
+    made = make_plan(path, table, reference, generation_profile, critical_generation_batch, critical_training_batch,
+                     memory, max_concurrency)
+    document = plan_document(made).to_json()
     write_tables(plan_table(document), csv_path, parquet_path)
     if json_out:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
-        print_plan(decision, explanation, regime, document)
+        print_plan(made.decision, made.explanation, made.regime, document)
     if path is not None:  # measurements to doubt (issue 45): on stderr, after the table they qualify
         from batchscale.plan.doubts import echo_doubts, sweep_doubts
 
-        echo_doubts(sweep_doubts(path, [r.measurement for r in decision.rows], generation_profile))
+        echo_doubts(sweep_doubts(path, [r.measurement for r in made.decision.rows], generation_profile))
 
 
 def print_plan(decision, explanation: str, regime, document: dict) -> None:
@@ -131,9 +105,10 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"Decision: T = N*/q, reference {console_text(str(decision.reference))}")
     headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "realized T",
-               "T/T_ref", "feasible")
+               "T/T_ref", "budget/N*_ref", "feasible")
     for name in headers:
         table.add_column(name, justify="left" if name == "label" else "right")
+    rows_json = {row["label"]: row for row in document["rows"]}
     for r in decision.rows:
         m = r.measurement
         near = r.label in decision.near_optimal and r.label != decision.best
@@ -148,6 +123,8 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
             format_time_to_target(r.time_to_target_s), format_time_to_target(m.extra.get("time_to_target_realized")),
             _fmt(r.normalized_time_to_target, "{:.2f}"),
+            _fmt(rows_json[m.label]["budget_over_reference_n_star"], "{:.2f}")
+            + (" (cut)" if rows_json[m.label]["budget_cut"] else ""),
             "yes" if m.feasible else "no",
             style=style,
         )  # fmt: skip
@@ -156,6 +133,9 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
         if r.measurement.extra.get("stopped"):
             stopped = f"{r.label}: {r.measurement.extra['stopped']}."
             console.print(f"[bold]Stopped:[/bold] {console_text(stopped)}", highlight=False)
+    for label in decision.not_run:
+        console.print(f"[bold]Not run:[/bold] {console_text(label)} (the time budget ended before any seed of it ran).",
+                      highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
     console.print(f"[bold]Best:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)

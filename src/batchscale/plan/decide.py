@@ -11,18 +11,24 @@ and the best configuration is the feasible one maximizing q / r_n, which is the 
 on the reference; the reference only normalizes what is shown.
 
 Departures and choices the paper leaves open:
+- N* and q of a configuration measured over seeds are geometric means (exp of the mean ln N*_s, ln q_s over seeds), so
+  that T = N*/q = exp(mean ln T_s), the centre of the test on ln T (plan/log_time.py); a table's are as given.
 - A configuration is *censored* when no seed reached the target (N* unknown) and *partly censored* when some seeds did not
-  (N* is then the mean over the seeds that did, a lower bound). Neither can win: a lower bound on N* flatters exactly the
-  large batches whose curves stop aligning. Both are shown, marked. So is a point a racing sweep stopped because it
-  could no longer win (`extra["stopped"]`, from analysis.json): it cannot win either.
+  (N* is then the mean over the seeds that did, a lower bound). Neither can be named best: a lower bound on N* flatters
+  exactly the large batches whose curves stop aligning. Neither is disqualified either: its censored seeds bound its T
+  from below, and resolve.py rules it out only when the best beats even that bound. A point a racing sweep stopped
+  because it could no longer win (`extra["stopped"]`, from analysis.json) is read by its seeds: censored where the
+  stop cut them short, and compared like any other where they all reached the target before it (the stop then only
+  denied it more seeds).
 - Ties in T (relative difference below 1e-9) go to the smaller r_n (fewer samples, less compute), then the smaller
   samples_per_step (less memory, nearer the aligned range), then the earlier row.
 - The reference must be feasible and have a known N*; otherwise the table cannot be normalized and a `UserError` says so.
 - N* = 0 (the target met at the first eval) is allowed: such a row has rN = 0 and T = 0 (no score: q/rN is infinite);
   a reference with N* = 0 normalizes nothing, so no row gets a ratio and no winner is named (`why_unresolved` says why).
 - No learning signal (analysis.json `learning_signal` false): the rows are shown, no winner is named.
-- Whether the winner is resolved, i.e. beats the runner-up and the reference on log T at the 95% level, or the answer
-  is a near-optimal set of points that each beat the reference and cannot be told apart: resolve.py.
+- Whether the winner is resolved, i.e. beats every other configuration on ln T at the 95% level, or the answer is a
+  near-optimal set of points that each beat the reference and cannot be told apart: resolve.py. Configurations that
+  never ran (`not_run`: a racing sweep's time budget ended first) keep any answer from excluding them.
 """
 
 from __future__ import annotations
@@ -31,15 +37,18 @@ import math
 from dataclasses import replace
 
 from batchscale.errors import UserError
+from batchscale.plan.log_time import pool_variance
 from batchscale.plan.resolve import resolve_plan
 from batchscale.plan.rows import ConfigMeasurement, Decision, PlanRow
 
 TIE_RELATIVE_TOLERANCE = 1e-9
 
 
-def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signal: str | None = None) -> Decision:
+def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signal: str | None = None,
+                 not_run: tuple[str, ...] = ()) -> Decision:
     """Compute r_n, throughput gain, T and T/T_ref for every configuration and pick the feasible fastest to target;
-    `no_signal` (why there is no learning signal) shows the rows and names no winner."""
+    `no_signal` (why there is no learning signal) shows the rows and names no winner; `not_run` names configurations
+    that have no measurement because none of their seeds ran."""
     if not measurements:
         raise UserError("table", "has no configurations", "give at least the reference configuration")
     by_label: dict[str, ConfigMeasurement] = {}
@@ -74,10 +83,12 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
                "choose a higher --target")
         return Decision(reference=reference, rows=rows, best=None, why_unresolved=why, no_decision=why)
     best = _pick_best(rows)
-    resolution = resolve_plan(rows, best, reference)
-    return Decision(reference, rows, best, runner_up=resolution.runner_up, resolved=resolution.resolved,
-                    why_unresolved=resolution.why_unresolved, answer=resolution.answer,
-                    near_optimal=resolution.near_optimal)
+    pool = pool_variance([m.seed_times for m in measurements])  # every configuration measured here: its seeds' spread
+    r = resolve_plan(rows, best, reference, pool, tuple(label for label in not_run if label not in by_label))
+    return Decision(reference, rows, best, runner_up=r.runner_up, why_unresolved=r.why_unresolved, answer=r.answer,
+                    near_optimal=r.near_optimal, near_optimal_ratios=r.near_optimal_ratios,
+                    joint_confidence=r.joint_confidence, equivalent=r.equivalent, budget_cut=r.budget_cut,
+                    not_run=r.not_run, pool=pool, contenders=r.contenders)
 
 
 def _check_positive(m: ConfigMeasurement) -> None:
@@ -109,7 +120,7 @@ def _compute_row(m: ConfigMeasurement, ref: ConfigMeasurement) -> PlanRow:
         time_to_target_s=time_s,
         normalized_time_to_target=r_n / gain,
         score=gain / r_n if r_n > 0 else None,
-        eligible=m.feasible and m.censoring == "reached" and not m.extra.get("stopped"),
+        eligible=m.feasible and m.censoring == "reached",  # a stopped point whose every seed reached is measured
     )
 
 

@@ -16,9 +16,10 @@ The explanation names the winner's rN, throughput gain and T/T_ref, then one los
 there is one (why going bigger stops paying), else the runner-up (a loser whose T/T_ref is level with the winner's to
 the digits shown is called level, not above); the fastest row that was ruled out (infeasible or censored), if it would
 have been faster; whether the win is resolved (resolve.py) and, if not, why; and a row that decodes in waves. When the
-answer is a near-optimal set (resolve.py), it opens with the set ("Any of P8, P16 (T/T_ref 0.64-0.68; each beats the
-reference; the difference between them is within the noise)"), then the fastest member, and the loser is chosen
-outside the set.
+answer is a near-optimal set (resolve.py), it opens with the set and what its intervals show: "Any of P8, P16 (T/T_ref
+0.64-0.68; each beats the reference; equivalent: T_P16 / T_P8 in [0.93, 1.08], inside [0.90, 1.11], at joint 95%)",
+or, when an interval reaches outside that margin, "not separated: ... more seeds could change which is fastest";
+then the fastest member, and the loser is chosen outside the set.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from batchscale.plan.decide import rank_rows
 from batchscale.plan.memory import describe_waves
-from batchscale.plan.rows import Decision, PlanRow
+from batchscale.plan.rows import EQUIVALENCE_MARGIN, Decision, PlanRow
 
 TENTATIVE_RATIO = 1.5
 
@@ -83,12 +84,15 @@ def explain_decision(plan: Decision) -> str:
     winner = plan.row(plan.best)
     if plan.answer == "near_optimal":
         members = [plan.row(label) for label in plan.near_optimal]
-        tied = describe_near_optimal(plan.near_optimal, [r.normalized_time_to_target for r in members])
+        tied = describe_near_optimal(plan.near_optimal, [r.normalized_time_to_target for r in members],
+                                     [vars(r) for r in plan.near_optimal_ratios], plan.equivalent,
+                                     plan.joint_confidence)
         fastest = _describe_winner(winner, plan.reference).replace(" wins: ", " is the fastest: ", 1)
         parts = [f"{tied[0].upper()}{tied[1:]}", fastest]
     else:
         unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
-        parts = [_describe_winner(winner, plan.reference) + (f", {unresolved}" if unresolved else "")]
+        alone = not any(r.eligible and r.label != winner.label for r in plan.rows)
+        parts = [_describe_winner(winner, plan.reference, alone) + (f", {unresolved}" if unresolved else "")]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))
@@ -103,12 +107,21 @@ def explain_decision(plan: Decision) -> str:
     return "; ".join(parts) + "."
 
 
-def describe_near_optimal(labels, normalized_times) -> str:
-    """"any of A, B (T/T_ref 0.64-0.68; each beats the reference; the difference between them is within the noise)"."""
+def describe_near_optimal(labels, normalized_times, ratios: list[dict], equivalent: bool | None,
+                          joint_confidence: float | None) -> str:
+    """"any of A, B (T/T_ref 0.64-0.68; each beats the reference; not separated: T_B / T_A 1.05 [0.85, 1.30] at
+    joint 95%: more seeds could change which is fastest)", or "equivalent: ... inside [0.90, 1.11] ..."."""
     known = [t for t in normalized_times if t is not None]
     spread = f"T/T_ref {min(known):.2f}-{max(known):.2f}; " if known else ""
-    return (f"any of {', '.join(labels)} ({spread}each beats the reference; the difference between them is within "
-            "the noise)")
+    intervals = ", ".join(f"T_{r['label']} / T_{labels[0]} {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+                          for r in ratios)
+    joint = f" at joint {joint_confidence:.0%} (Bonferroni over {len(ratios)})" if joint_confidence else ""
+    margin = f"[{EQUIVALENCE_MARGIN[0]:.2f}, {EQUIVALENCE_MARGIN[1]:.2f}]"
+    if equivalent:
+        tie = f"equivalent: {intervals}{joint}, inside {margin}"
+    else:
+        tie = f"not separated: {intervals}{joint}, reaching outside {margin}: more seeds could change which is fastest"
+    return f"any of {', '.join(labels)} ({spread}each beats the reference; {tie})"
 
 
 def describe_verdict(plan: dict) -> str:
@@ -119,15 +132,15 @@ def describe_verdict(plan: dict) -> str:
     if answer is None:
         answer = "none" if best is None else ("winner" if plan.get("resolved") else "unresolved")
     if answer == "winner":
-        rivals = " and ".join(dict.fromkeys(r for r in (plan.get("runner_up"), plan["reference"]) if r and r != best))
-        return (f"Resolved: {best} reaches the target sooner than {rivals or 'every other row'} at the 95% level "
-                "(test on log T over seeds and steps).")
+        return (f"Resolved: {best} reaches the target sooner than every other configuration at the 95% level "
+                "(test on ln T over seeds, each seed's own N* and q).")
     if answer == "near_optimal":
         labels = plan["near_optimal"]
         times = {r["label"]: r.get("normalized_time_to_target") for r in plan["rows"]}
-        return (f"Resolved as a near-optimal set at the 95% level (test on log T over seeds and steps): "
-                f"{describe_near_optimal(labels, [times.get(label) for label in labels])}; {best} beats every other "
-                "eligible row.")
+        tied = describe_near_optimal(labels, [times.get(label) for label in labels], plan.get("near_optimal_ratios")
+                                     or [], plan.get("equivalent"), plan.get("joint_confidence"))
+        return (f"Resolved as a near-optimal set at the 95% level (test on ln T over seeds, each seed's own N* and "
+                f"q): {tied}; {best} beats every configuration outside it.")
     return f"Unresolved: {plan.get('why_unresolved') or 'no winner'}."
 
 
@@ -143,8 +156,10 @@ def format_time_to_target(seconds: float | None) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-def _describe_winner(w: PlanRow, reference: str) -> str:
+def _describe_winner(w: PlanRow, reference: str, alone: bool = False) -> str:
     if w.label == reference:
+        if alone:  # e.g. a racing sweep whose time budget ended before any other point ran: nothing was beaten
+            return f"{w.label} (the reference) wins: it is the only configuration that reached the target"
         return f"{w.label} (the reference) wins: no other eligible configuration's throughput gain covers its rN"
     if w.r_n >= 1:
         cost = f"a {w.r_n:.2f}x sample penalty (rN)"

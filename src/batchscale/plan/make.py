@@ -6,7 +6,7 @@ disagree.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchscale.errors import UserError
@@ -20,6 +20,17 @@ from batchscale.plan.sweep_inputs import THROUGHPUT_METHOD, load_sweep_inputs
 from batchscale.rundir import PlanDocument
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What `make_plan` decided: the decision, its explanation, the regime and where the numbers came from (the
+    plan document's `source`, `sweep`, `analysis`, ... keys)."""
+
+    decision: Decision
+    explanation: str
+    regime: Regime
+    source: dict
+
+
 def make_plan(
     path: Path | None = None,
     table: Path | None = None,
@@ -29,17 +40,16 @@ def make_plan(
     critical_training_batch: float | None = None,
     memory: MemoryLimit | None = None,
     max_concurrency: int | None = None,
-) -> tuple[Decision, str, Regime, dict]:
-    """The decision, its explanation, the regime and where the numbers came from (for `plan_document`); the `plan`
-    command and the report both call this, so they cannot disagree. `max_concurrency` (sequences decoding at once)
-    replaces what run.json or the table says."""
+) -> Plan:
+    """The plan (for `plan_document`); the `plan` command and the report both call this, so they cannot disagree.
+    `max_concurrency` (sequences decoding at once) replaces what run.json or the table says."""
     if (path is None) == (table is None):
         raise UserError("plan input", "needs exactly one of a sweep directory or --table", "give one of them")
     if table is not None:
         measurements = load_table(table)
         reference = reference if reference is not None else measurements[0].label
         source = {"source": "table", "table": str(table), "throughput_method": "as given in the table"}
-        gen_knee, b_simple, profile, no_signal, score = None, None, None, None, "eval"
+        gen_knee, b_simple, profile, no_signal, score, not_run = None, None, None, None, "eval", ()
     else:
         sweep = load_sweep_inputs(path, reference, generation_profile)
         measurements, reference = sweep.measurements, sweep.reference
@@ -48,7 +58,7 @@ def make_plan(
             "throughput_method": THROUGHPUT_METHOD, "generation_profile": str(sweep.profile_path or "") or None,
         }
         gen_knee, b_simple = sweep.critical_generation_batch_samples, sweep.critical_training_batch_samples
-        profile, no_signal, score = sweep.profile, sweep.no_signal, sweep.score
+        profile, no_signal, score, not_run = sweep.profile, sweep.no_signal, sweep.score, sweep.not_run
         if profile is not None:
             source.update(generation_source=profile.measured_on, generation_backend=profile.backend)
     for name, value in (("--critical-generation-batch", critical_generation_batch),
@@ -64,7 +74,7 @@ def make_plan(
     if memory is not None:
         measurements = apply_memory_limit(measurements, memory)
         source["memory"] = memory.to_json()
-    decision = compute_plan(measurements, reference, no_signal)
+    decision = compute_plan(measurements, reference, no_signal, not_run)
     knee, knee_note = (critical_generation_batch, None) if critical_generation_batch is not None else \
         reachable_knee(gen_knee, profile, memory)
     regime = classify_regime(knee, critical_training_batch if critical_training_batch is not None else b_simple,
@@ -74,7 +84,7 @@ def make_plan(
     explanation = explain_decision(decision)
     if score == "train-reward":
         explanation += f" {TRAIN_REWARD_CAVEAT}"
-    return decision, explanation, regime, source
+    return Plan(decision, explanation, regime, source)
 
 
 TRAIN_REWARD_CAVEAT = ("N* and rN come from the training reward (analyze --score train-reward), measured on the "
@@ -97,8 +107,10 @@ def reachable_knee(knee: float | None, profile, memory: MemoryLimit | None) -> t
     return reachable, "; ".join(reasons) or None
 
 
-def plan_document(decision: Decision, explanation: str, regime: Regime, source: dict) -> PlanDocument:
+def plan_document(plan: Plan) -> PlanDocument:
     """The machine-readable plan; times in seconds, throughput in samples/s."""
+    decision, regime = plan.decision, plan.regime
+    reference_n = decision.row(decision.reference).measurement.samples_to_target
     return PlanDocument.model_validate({
         "reference": decision.reference,
         "best": decision.best,
@@ -106,8 +118,15 @@ def plan_document(decision: Decision, explanation: str, regime: Regime, source: 
         "resolved": decision.resolved,
         "answer": decision.answer,
         "near_optimal": list(decision.near_optimal),
+        "near_optimal_ratios": [vars(r) for r in decision.near_optimal_ratios],
+        "joint_confidence": decision.joint_confidence,
+        "equivalent": decision.equivalent,
+        "budget_cut": list(decision.budget_cut),
+        "not_run": list(decision.not_run),
+        "pooled_sd": decision.pool.sd if decision.pool is not None else None,
+        "pooled_df": decision.pool.df if decision.pool is not None else None,
         "why_unresolved": decision.why_unresolved,
-        "explanation": explanation,
+        "explanation": plan.explanation,
         "regime": {
             "name": regime.name,
             "sentence": regime.sentence,
@@ -115,18 +134,19 @@ def plan_document(decision: Decision, explanation: str, regime: Regime, source: 
             "critical_training_batch": regime.critical_training_batch_samples,
             "tentative": regime.tentative,
         },
-        **source,
-        "rows": [_row_to_json(r) for r in decision.rows],
+        **plan.source,
+        "rows": [_row_to_json(r, reference_n, r.label in decision.budget_cut) for r in decision.rows],
     })
 
 
 def plan_sweep(path: Path, generation_profile: Path | None = None) -> PlanDocument:
     """The plan document of a sweep directory (its analysis.json and runs), as `batchscale plan DIR --json` prints."""
-    return plan_document(*make_plan(path=path, generation_profile=generation_profile))
+    return plan_document(make_plan(path=path, generation_profile=generation_profile))
 
 
-def _row_to_json(r: PlanRow) -> dict:
+def _row_to_json(r: PlanRow, reference_n: float | None, cut: bool) -> dict:
     m = r.measurement
+    budget = m.budget_samples
     return {
         "label": m.label,
         "prompts_per_step": m.prompts_per_step,
@@ -142,5 +162,9 @@ def _row_to_json(r: PlanRow) -> dict:
         "feasible": m.feasible,
         "censoring": m.censoring,
         "eligible": r.eligible,
+        "seeds": len(m.seed_times) or None,
+        "budget_samples": budget,
+        "budget_over_reference_n_star": budget / reference_n if budget and reference_n else None,
+        "budget_cut": cut,
         **m.extra,
     }

@@ -1,4 +1,4 @@
-"""`plan --predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
+"""`batchscale predict`: the time-to-target curve of other batch sizes predicted from ONE run, before any sweep.
 
 Learning side (McCandlish et al. 2018): the run logs the gradient noise terms every step (`gns/grad_sq`,
 `gns/trace_sigma`; see `telemetry.gradnoise`); its B_noise is the ratio of their means over the second half of the
@@ -64,7 +64,7 @@ def parse_candidate_batches(text: str | None, reference: int) -> list[int]:
 
 def predict_from_run(run_dir: Path, batches: str | None = None, generation_profile: Path | None = None,
                      training_profile: Path | None = None, roofline: RooflineInputs | None = None) -> PredictionDocument:
-    """The prediction document of `plan --predict RUN_DIR` (inputs checked before any arithmetic)."""
+    """The prediction document of `batchscale predict RUN_DIR` (inputs checked before any arithmetic)."""
     if training_profile is not None and roofline is not None:
         raise UserError("--training-profile / --model", "are two sources for the training time",
                         "pass --training-profile, or --model --hardware --context, not both")

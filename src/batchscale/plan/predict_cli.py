@@ -1,8 +1,6 @@
 """`batchscale predict RUN_DIR`: rN and q of other batch sizes predicted from ONE run's gradient noise scale, before any
-sweep (the library is `plan.predict`; `--json` prints `rundir.PredictionDocument`). Writes no files.
-
-`batchscale plan --predict RUN_DIR` is an alias: it runs `show_prediction` with the same flags and says so on stderr,
-so both spellings print the same document.
+sweep (the library is `plan.predict`; `--json` prints `rundir.PredictionDocument`). Writes no files. Its memory
+options are declared once, with `batchscale plan`'s (plan.options).
 """
 
 from __future__ import annotations
@@ -15,14 +13,14 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-
-ALIAS_NOTE = "note: `plan --predict RUN_DIR` is an alias of `batchscale predict RUN_DIR` (same flags, same output)"
+from batchscale.plan.options import (DEFAULT_CONTEXT, DEFAULT_MEM_UTIL, ContextOption, GenerationProfileOption,
+                                     HardwareOption, JsonOption, MemUtilOption, ModelOption)
 
 
 def show_prediction(run_dir: Path, batches: str | None, generation_profile: Path | None,
                     training_profile: Path | None, model: str | None, hardware: str | None, context: int,
                     mem_util: float, json_out: bool) -> None:
-    """Predict from `run_dir` and print the document (JSON) or its table: what both spellings run."""
+    """Predict from `run_dir` and print the document (JSON) or its table."""
     from batchscale.plan.predict import RooflineInputs, predict_from_run
     from batchscale.plan.predict_print import print_prediction
 
@@ -45,22 +43,16 @@ def predict(
         Optional[str], typer.Option("--batches", help="Samples per step to predict, e.g. 64,128,256 (default: "
                                                       "the run's batch x 1/4 .. 16).")
     ] = None,
-    generation_profile: Annotated[
-        Optional[Path], typer.Option("--generation-profile", help="`profile generation --json` output: its knee "
-                                                                  "carries generation time to each batch.")
-    ] = None,
+    generation_profile: GenerationProfileOption = None,
     training_profile: Annotated[
         Optional[Path], typer.Option("--training-profile", help="`profile training --json` output: its cost fit "
                                                                 "carries training time to each batch.")
     ] = None,
-    model: Annotated[
-        Optional[str], typer.Option("--model", help="With --hardware: training time from the roofline, and batches "
-                                                    "whose KV cache does not fit marked.")
-    ] = None,
-    hardware: Annotated[Optional[str], typer.Option("--hardware", help="Hardware preset, e.g. H100-SXM.")] = None,
-    context: Annotated[int, typer.Option("--context", help="Tokens per sequence for the roofline.")] = 2048,
-    mem_util: Annotated[float, typer.Option("--mem-util", help="Usable fraction of device memory.")] = 0.9,
-    json_out: Annotated[bool, typer.Option("--json", help="Print only the JSON result.")] = False,
+    model: ModelOption = None,
+    hardware: HardwareOption = None,
+    context: ContextOption = DEFAULT_CONTEXT,
+    mem_util: MemUtilOption = DEFAULT_MEM_UTIL,
+    json_out: JsonOption = False,
 ) -> None:
     """Predict rN(B) = (1 + B/B_noise) / (1 + B_ref/B_noise), q(B) and T/T_ref for other batches from one run, before
     any sweep, and name the predicted best batch with its interval."""

@@ -1,4 +1,4 @@
-"""The table `batchscale plan --predict` prints (the numbers come from `plan.predict`, as its --json prints them)."""
+"""The table `batchscale predict` prints (the numbers come from `plan.predict`, as its --json prints them)."""
 
 from __future__ import annotations
 

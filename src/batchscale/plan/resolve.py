@@ -1,37 +1,35 @@
-"""Is the winner resolved? A test of what the decision claims: the winner reaches the target sooner than the runner-up
-and than the reference, at the 95% level, on log T.
+"""Is the answer resolved? A test of what the decision claims, on ln T over seeds (the seed is the unit: the model,
+its pooled variance and degrees of freedom are in plan/log_time.py).
 
-ln T = ln N* - ln q. For the winner w and a rival r, with ln N* averaged over each one's reached seeds (n of them, sd
-s_N) and ln q over the steps its throughput came from (m of them, sd s_q; plan/sweep_inputs.py):
-
-    d = (mean ln N*_w - mean ln q_w) - (mean ln N*_r - mean ln q_r)
-    se^2 = s_N,w^2 / n_w + s_q,w^2 / m_w + s_N,r^2 / n_r + s_q,r^2 / m_r
-
-and w beats r when the upper end of the 95% interval d + t * se is below 0, with t from Student's t at the
-Welch-Satterthwaite degrees of freedom (dominated by the few seeds: the steps are many). Resolved only when w beats the
-runner-up (the eligible row with the next smallest T) and the reference (when it is neither). The seed-to-seed
-variance of ln N* is the one that matters with 2-5 seeds; q's step noise is small but included. Departure: steps within
-a run are treated as independent draws of ln q, which understates q's variance when step times drift.
-
-Nothing is resolved from one seed ("one seed: uncertainty unknown"), from a table without per-seed spread, or when a
-row's N* is 0 (no logarithm); `why_unresolved` says which.
+The best b (the eligible configuration with the smallest T = exp(mean ln T_s)) is compared with every other feasible
+configuration r at the 95% level: b beats r when the upper end of the interval on ln T_b - ln T_r is below 0.
+- An eligible r (every seed reached the target) that b does not beat is a rival still in the running.
+- A configuration with censored seeds (the budget, or a racing sweep's stop, ended a seed before the target) enters
+  with its censored seeds' bounds (ln N_s - ln q_s, N_s the samples trained), so its mean ln T is a lower bound: b
+  beats it only when b is faster even than that bound. Censoring rules a point out only then; a censored point b
+  does not beat was cut by the budget, not beaten (`budget_cut`), and the answer cannot name a winner without it.
+- A configuration that never ran (a racing sweep's time budget ended first, `not_run`) has no bound: no answer
+  excludes it.
+- Infeasible configurations are ruled out by memory, not by the test.
 
 The answer (`Decision.answer`) is one of four kinds:
-- "winner": resolved as above (`resolved` is True for this answer only).
-- "near_optimal": the answer is a set. With b the best (the winner above), S = {b} + {eligible r other than the
-  reference: b does not beat r at 95%, i.e. the high end of compare_log_time(b, r) is >= 0}. A set answer requires
-  |S| >= 2; every member of S beats the reference at 95% (the reference is never in S, so b is not the reference);
-  every comparison could be formed (no one-seed or unknown-spread reason anywhere); and b beats every eligible row
-  outside S at 95% (so the reference, when eligible, is beaten by b). Rows that are not eligible (infeasible,
-  censored or partly censored, stopped by a racing sweep) cannot win and are left out, as for a single winner.
-  `near_optimal` lists S fastest first; `why_unresolved` then says why there is no single winner (b cannot be told
-  apart from the others; each beats the reference), which the set does not contradict. In words: "any of P8, P16
-  (T/T_ref 0.64-0.68; each beats the reference; the difference between them is within the noise)".
+- "winner": b beats every other feasible configuration and every configuration ran (`resolved` is True for this
+  answer only).
+- "near_optimal": the answer is a set S = {b} + {eligible r that b does not beat}, fastest first, given that b beats
+  everything outside S (no budget cut, no configuration left unrun, every comparison formed), b is not the
+  reference, and every member of S beats the reference at 95%. The set says the fastest configuration is among
+  its members. Its members are called equivalent only when each one's T ratio to b, at the set's joint confidence
+  (Bonferroni: each of its k - 1 intervals at 1 - 0.05 / (k - 1)), lies inside rows.EQUIVALENCE_MARGIN
+  ([0.9, 1.11]); otherwise they are "not separated: more seeds could change which is fastest".
 - "unresolved": neither; `why_unresolved` gives the single-winner reasons and, after "no near-optimal set:", the
   first condition of the set rule that failed.
 - "none": no eligible row, or nothing to decide on (compute_plan's no_decision): `best` is None.
-The single-winner test comes first: a best that beats the runner-up and the reference is a winner even when some
-slower row has too wide an interval to be beaten.
+
+Error rate: the answer leaves the true fastest configuration out only if b beats it in a test, each one-sided at
+2.5%; tests/test_race.py measures the rate of the final answer over whole simulated sweeps (racing, censoring and
+time budgets included) and README states it. Nothing is resolved without a pooled spread (no configuration with two
+seeds that reached the target: "one seed: uncertainty unknown"), from a table (no per-seed N* and q), or when a
+row's N* is 0 (no logarithm); `why_unresolved` says which.
 """
 
 from __future__ import annotations
@@ -39,119 +37,154 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from batchscale.analysis.intervals import ONE_SEED, student_quantile
-from batchscale.plan.rows import ConfigMeasurement, PlanRow
+from batchscale.analysis.intervals import ONE_SEED
+from batchscale.plan.log_time import (CONFIDENCE, Comparison, PointEstimate, Pool, compare, estimate_point,
+                                      lower_bound, upper_bound)
+from batchscale.plan.rows import EQUIVALENCE_MARGIN, ConfigMeasurement, PlanRow, RatioInterval
 
-CONFIDENCE = 0.95
+
+MIN_SEEDS = 2  # a configuration is compared (beaten, or named best) only with its own spread in view
 
 
-def compare_log_time(winner: ConfigMeasurement, rival: ConfigMeasurement,
-                     confidence: float = CONFIDENCE) -> tuple[float, float, float] | str:
-    """(d, low, high): ln T_winner - ln T_rival and its interval; or the reason no interval can be formed."""
-    parts = []
-    for m in (winner, rival):
-        if m.log_samples_to_target_mean is None:
-            if m.samples_to_target == 0:
-                return f"{m.label} meets the target at its first eval (N* = 0): no test on log T"
-            return (f"{m.label} has no spread of N* over seeds (a table, or an analysis.json older than this "
-                    "test, gives none): uncertainty unknown")
-        if m.log_samples_to_target_sd is None or not m.seeds_reached or m.seeds_reached < 2:
-            return f"{m.label}: {ONE_SEED}"
-        variances = [(m.log_samples_to_target_sd ** 2 / m.seeds_reached, m.seeds_reached - 1)]
-        if m.log_throughput_sd is not None and m.throughput_steps and m.throughput_steps > 1:
-            variances.append((m.log_throughput_sd ** 2 / m.throughput_steps, m.throughput_steps - 1))
-        parts.append((m.log_samples_to_target_mean - math.log(m.throughput_samples_per_s), variances))
-    difference = parts[0][0] - parts[1][0]
-    variances = parts[0][1] + parts[1][1]
-    total = sum(v for v, _ in variances)
-    if total == 0:
-        return difference, difference, difference
-    degrees_of_freedom = total ** 2 / sum(v ** 2 / df for v, df in variances)
-    half_width = student_quantile(confidence, degrees_of_freedom) * math.sqrt(total)
-    return difference, difference - half_width, difference + half_width
+@dataclass(frozen=True)
+class NoComparison:
+    """Why no interval on ln T_a - ln T_b can be formed."""
+
+    why: str
+
+
+def estimate(m: ConfigMeasurement, pool: Pool | None) -> PointEstimate | NoComparison:
+    """The model's view of one configuration, or why there is none."""
+    if not m.seed_times:
+        if m.samples_to_target == 0:
+            return NoComparison(f"{m.label} meets the target at its first eval (N* = 0): no test on log T")
+        return NoComparison(f"{m.label} has no per-seed N* and q (a table, or an analysis.json older than this "
+                            "test, gives none): uncertainty unknown")
+    if pool is None:
+        return NoComparison(f"{m.label}: {ONE_SEED} (no configuration has two seeds that reached the target, so "
+                            "the seed-to-seed spread is unknown)")
+    if len(m.seed_times) < MIN_SEEDS:
+        return NoComparison(f"{m.label}: {ONE_SEED} (its own spread is unknown, and the pooled one holds only if "
+                            "its seeds scatter like the others')")
+    return estimate_point(m.seed_times, pool)
+
+
+def compare_log_time(a: ConfigMeasurement, b: ConfigMeasurement, pool: Pool | None,
+                     confidence: float = CONFIDENCE) -> Comparison | NoComparison:
+    """ln T_a - ln T_b with its interval (plan/log_time.py), or why it cannot be formed."""
+    first, second = estimate(a, pool), estimate(b, pool)
+    for e in (first, second):
+        if isinstance(e, NoComparison):
+            return e
+    return compare(first, second, pool, confidence)
 
 
 @dataclass(frozen=True)
 class Resolution:
-    """What the test on log T makes of the plan's winner: the Decision fields runner_up .. near_optimal."""
+    """What the test on ln T makes of the plan's best: the Decision fields runner_up .. not_run, and who a racing
+    sweep should give another seed (`contenders`: the best and every configuration it does not beat)."""
 
     runner_up: str | None
-    resolved: bool
     why_unresolved: str | None
     answer: str  # "winner" | "near_optimal" | "unresolved" | "none" (rows.ANSWERS)
     near_optimal: tuple[str, ...] = ()
+    near_optimal_ratios: tuple[RatioInterval, ...] = ()
+    joint_confidence: float | None = None
+    equivalent: bool | None = None
+    budget_cut: tuple[str, ...] = ()
+    not_run: tuple[str, ...] = ()
+    contenders: tuple[str, ...] = ()
 
 
-def resolve_plan(rows: list[PlanRow], best: str | None, reference: str) -> Resolution:
+def resolve_plan(rows: list[PlanRow], best: str | None, reference: str, pool: Pool | None,
+                 not_run: tuple[str, ...] = ()) -> Resolution:
     """A single winner, else a near-optimal set, else unresolved (module docstring)."""
     if best is None:
-        return Resolution(None, False, "no configuration is eligible to win (infeasible, or censored in a seed)", "none")
-    ranked = sorted((r for r in rows if r.eligible and r.label != best), key=lambda r: r.time_to_target_s)
-    runner_up = ranked[0] if ranked else None
+        return Resolution(None, "no configuration is eligible to win (infeasible, or censored in a seed)", "none",
+                          not_run=not_run)
     winner = _row(rows, best)
-    rivals = [r for r in (runner_up, _row(rows, reference)) if r is not None and r is not winner]
-    rivals = list({r.label: r for r in rivals}.values())
-    if winner.measurement.seeds_reached == 1:
-        return Resolution(_label(runner_up), False, f"{best}: {ONE_SEED}", "unresolved")
-    reasons = []
-    for rival in rivals:
-        compared = compare_log_time(winner.measurement, rival.measurement)
-        if isinstance(compared, str):
-            reasons.append(compared)
-        elif compared[2] >= 0:
-            role = "the runner-up" if rival is runner_up else "the reference"
-            reasons.append(f"{best} does not beat {role} {rival.label} {_within(compared)}")
-    if not reasons:
-        return Resolution(_label(runner_up), True, None, "winner")
-    members, ties, why_not = near_optimal_set(rows, winner, reference)
-    if members:
-        why = (f"no single winner: {best} cannot be told apart from {', '.join(members[1:])} at the "
-               f"{CONFIDENCE:.0%} level ({'; '.join(ties)}), but each of them beats the reference")
-        return Resolution(_label(runner_up), False, why, "near_optimal", members)
-    return Resolution(_label(runner_up), False, "; ".join(reasons) + f"; no near-optimal set: {why_not}", "unresolved")
-
-
-def near_optimal_set(rows: list[PlanRow], winner: PlanRow, reference: str) -> tuple[tuple[str, ...], list[str], str]:
-    """(S fastest first, the tie sentences, "") when the rule of the module docstring gives a set; else ((), [], why)."""
-    if winner.label == reference:
-        return (), [], f"the fastest, {winner.label}, is the reference itself"
-    ref = _row(rows, reference)
-    members, ties = [winner], []
-    others = sorted((r for r in rows if r.eligible and r is not winner), key=lambda r: r.time_to_target_s)
-    for rival in others + ([] if ref.eligible else [ref]):
-        compared = compare_log_time(winner.measurement, rival.measurement)
-        if isinstance(compared, str):
-            return (), [], compared
-        if compared[2] < 0:
+    ranked = sorted((r for r in rows if r.eligible and r is not winner), key=lambda r: r.time_to_target_s)
+    runner_up = ranked[0].label if ranked else None
+    w = estimate(winner.measurement, pool)
+    if isinstance(w, NoComparison):
+        return Resolution(runner_up, w.why, "unresolved", not_run=not_run,
+                          contenders=tuple(r.label for r in rows if r.measurement.feasible))
+    reasons, unbeaten, cut = [], [], []
+    for r in rows:
+        if r is winner or not r.measurement.feasible:
             continue
-        if rival is ref:  # its numbers are in the single-winner reasons already: the reference is always a rival
-            return (), [], f"{winner.label} does not beat the reference {reference} (above)"
-        members.append(rival)
-        ties.append(f"against {rival.label}: {_ratio(compared)}")
-    if len(members) < 2:
-        return (), [], f"{winner.label} beats every other eligible row"
-    for member in members[1:]:
-        compared = compare_log_time(member.measurement, ref.measurement)
-        if isinstance(compared, str):
-            return (), [], compared
-        if compared[2] >= 0:
-            return (), [], (f"{member.label}, which {winner.label} does not beat, does not beat the reference "
-                            f"{reference} {_within(compared)}")
-    return tuple(m.label for m in members), ties, ""
+        e = estimate(r.measurement, pool)
+        if isinstance(e, NoComparison):
+            reasons.append(e.why)
+            continue
+        compared = compare(w, e, pool)
+        if compared.beats:
+            continue
+        if r.eligible:
+            unbeaten.append((r, compared))
+            role = "the runner-up " if r.label == runner_up else "the reference " if r.label == reference else ""
+            reasons.append(f"{best} does not beat {role}{r.label} {_within(compared)}")
+        else:
+            cut.append(r)
+            reasons.append(_cut_sentence(r, e, w, pool, best))
+    reasons += [f"{label} did not run (the time budget ended first), so its T is unknown" for label in not_run]
+    contenders = (best, *(r.label for r, _ in unbeaten), *(r.label for r in cut),
+                  *(r.label for r in rows if r.measurement.feasible and isinstance(estimate(r.measurement, pool),
+                                                                                    NoComparison)))
+    common = dict(runner_up=runner_up, budget_cut=tuple(r.label for r in cut), not_run=not_run,
+                  contenders=tuple(dict.fromkeys(contenders)))
+    if not reasons:
+        return Resolution(why_unresolved=None, answer="winner", **common)
+    why_not = _why_no_set(rows, winner, reference, pool, unbeaten, len(reasons) > len(unbeaten))
+    if why_not is not None:
+        return Resolution(why_unresolved="; ".join(reasons) + f"; no near-optimal set: {why_not}", answer="unresolved",
+                          **common)
+    members = [winner] + sorted((r for r, _ in unbeaten), key=lambda r: r.time_to_target_s)
+    joint = 1 - (1 - CONFIDENCE) / (len(members) - 1)
+    ratios = tuple(_ratio(member, w, pool, joint) for member in members[1:])
+    equivalent = all(EQUIVALENCE_MARGIN[0] <= r.low and r.high <= EQUIVALENCE_MARGIN[1] for r in ratios)
+    ties = "; ".join(f"against {r.label}: {_within(c)}" for r, c in unbeaten)
+    why = (f"no single winner: {best} cannot be told apart from {', '.join(m.label for m in members[1:])} at the "
+           f"{CONFIDENCE:.0%} level ({ties}), but each of them beats the reference")
+    return Resolution(why_unresolved=why, answer="near_optimal", near_optimal=tuple(m.label for m in members),
+                      near_optimal_ratios=ratios, joint_confidence=joint, equivalent=equivalent, **common)
 
 
-def _ratio(compared: tuple[float, float, float]) -> str:
-    d, low, high = compared
-    return f"T ratio {math.exp(d):.2f}, {CONFIDENCE:.0%} interval [{math.exp(low):.2f}, {math.exp(high):.2f}]"
+def _why_no_set(rows: list[PlanRow], winner: PlanRow, reference: str, pool: Pool, unbeaten: list,
+                other_reasons: bool) -> str | None:
+    """The first condition of the near-optimal set rule that fails (module docstring); None when the set holds."""
+    if other_reasons:  # a budget cut, a configuration that did not run, or a comparison that cannot be formed
+        return f"{winner.label} does not beat every configuration outside the set (above)"
+    if winner.label == reference:
+        return f"the fastest, {winner.label}, is the reference itself"
+    if any(r.label == reference for r, _ in unbeaten):
+        return f"{winner.label} does not beat the reference {reference} (above)"
+    ref = _row(rows, reference)
+    for member, _ in unbeaten:
+        compared = compare_log_time(member.measurement, ref.measurement, pool)
+        if isinstance(compared, NoComparison):
+            return compared.why
+        if not compared.beats:
+            return (f"{member.label}, which {winner.label} does not beat, does not beat the reference {reference} "
+                    f"{_within(compared)}")
+    return None
 
 
-def _within(compared: tuple[float, float, float]) -> str:
-    return f"at the {CONFIDENCE:.0%} level: {_ratio(compared)} includes 1"
+def _cut_sentence(row: PlanRow, bounded: PointEstimate, winner: PointEstimate, pool: Pool, best: str) -> str:
+    cause = "the racing sweep stopped" if row.measurement.extra.get("stopped") else "the budget cut"
+    return (f"{cause} {row.label} rather than beat it: counting its censored seeds where they stopped, its T is at "
+            f"least {math.exp(lower_bound(bounded, pool)):.3g} s (97.5% bound), not above {best}'s "
+            f"{math.exp(upper_bound(winner, pool)):.3g} s")
+
+
+def _ratio(member: PlanRow, best: PointEstimate, pool: Pool, confidence: float) -> RatioInterval:
+    compared = compare(estimate_point(member.measurement.seed_times, pool), best, pool, confidence)
+    return RatioInterval(member.label, math.exp(compared.difference), math.exp(compared.low), math.exp(compared.high))
+
+
+def _within(compared: Comparison) -> str:
+    return f"at the {compared.confidence:.0%} level: {compared.ratio_text()} includes 1"
 
 
 def _row(rows: list[PlanRow], label: str) -> PlanRow:
     return next(r for r in rows if r.label == label)
-
-
-def _label(row: PlanRow | None) -> str | None:
-    return None if row is None else row.label

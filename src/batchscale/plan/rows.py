@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from batchscale.plan.log_time import Pool, SeedTime
+
 
 @dataclass(frozen=True)
 class ConfigMeasurement:
@@ -20,10 +22,10 @@ class ConfigMeasurement:
     prompts_per_step: int | None = None  # P
     samples_per_prompt: int | None = None  # G
     samples_per_step: int | None = None  # B_train = P*G
-    log_samples_to_target_mean: float | None = None  # mean of ln N* over reached seeds (None: unknown, or N* = 0)
-    log_samples_to_target_sd: float | None = None  # sd of ln N* over reached seeds (None with one seed)
-    log_throughput_sd: float | None = None  # sd of ln(samples_per_step / time/step) over the steps q came from
-    throughput_steps: int | None = None  # how many steps that is
+    # every seed's ln N* (or ln N trained, when censored) and ln q (plan/log_time.py); empty: unknown (a table, an
+    # analysis.json older than issue 38, or a seed with N* = 0, which has no logarithm)
+    seed_times: tuple[SeedTime, ...] = ()
+    budget_samples: float | None = None  # the most samples a seed of it could train (a racing sweep's, or trained)
     generation_batch: int | None = None  # responses in flight (run.json), for the memory check
     max_concurrency: int | None = None  # sequences decoding at once (run.json, a table column or --max-concurrency)
     tokens_per_step: float | None = None  # median tokens/generated per step (a sweep's logs), for a server's profile
@@ -56,15 +58,30 @@ class PlanRow:
 
 ANSWERS = ("winner", "near_optimal", "unresolved", "none")
 
+# A near-optimal set's members are called equivalent only when T_member / T_best lies within this ratio interval
+# (at the set's joint confidence); otherwise they are "not separated": more seeds could change which is fastest.
+EQUIVALENCE_MARGIN = (0.9, 1 / 0.9)
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """T_label / T_best with its interval."""
+
+    label: str
+    ratio: float
+    low: float
+    high: float
+
 
 @dataclass(frozen=True)
 class Decision:
     """The decision table and its winner (None when no row is eligible, or there is nothing to decide on), the
     runner-up, and which kind of answer the test on log T gives (resolve.py):
 
-    - "winner": the best beats both the runner-up and the reference at the 95% level (`resolved` is True only here);
+    - "winner": the best beats every other configuration at the 95% level (`resolved` is True only here);
     - "near_optimal": no single winner, but a set of points (`near_optimal`, fastest first, the best among them) each
-      beats the reference and the best cannot be told apart from the others;
+      beats the reference, the best beats every point outside it, and cannot be told apart from the others
+      (`equivalent` says whether that was shown to be a tie, within EQUIVALENCE_MARGIN);
     - "unresolved": neither (`why_unresolved` says why);
     - "none": nothing to decide on, or no eligible row (`best` is None)."""
 
@@ -72,20 +89,31 @@ class Decision:
     rows: list[PlanRow]
     best: str | None
     runner_up: str | None = None
-    resolved: bool = False
     why_unresolved: str | None = None
     no_decision: str | None = None  # why there is nothing to decide on (no learning signal, reference N* = 0)
     answer: str = "none"
     near_optimal: tuple[str, ...] = ()  # labels, fastest first; empty unless answer == "near_optimal"
+    # a near-optimal set's members other than the best: T_member / T_best and its interval at `joint_confidence`
+    near_optimal_ratios: tuple[RatioInterval, ...] = ()
+    joint_confidence: float | None = None  # every member's interval at once (Bonferroni over the members)
+    equivalent: bool | None = None  # every ratio interval lies inside EQUIVALENCE_MARGIN (None: no set)
+    budget_cut: tuple[str, ...] = ()  # censored points the best does not beat by their bound: cut, not beaten
+    not_run: tuple[str, ...] = ()  # points no seed of which ran (a racing sweep's time budget ended first)
+    pool: Pool | None = None  # the pooled seed-to-seed variance of ln T the tests used (plan/log_time.py)
+    contenders: tuple[str, ...] = ()  # the best and every configuration it does not beat: where more seeds help
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:
             raise ValueError(f"answer must be one of {ANSWERS}, got {self.answer!r}")
-        if self.resolved != (self.answer == "winner") or bool(self.near_optimal) != (self.answer == "near_optimal"):
-            raise ValueError(f"answer {self.answer!r} disagrees with resolved={self.resolved} and "
-                             f"near_optimal={self.near_optimal}")
+        if bool(self.near_optimal) != (self.answer == "near_optimal"):
+            raise ValueError(f"answer {self.answer!r} disagrees with near_optimal={self.near_optimal}")
         if (self.best is None) != (self.answer == "none"):
             raise ValueError(f"answer {self.answer!r} disagrees with best={self.best!r}")
+
+    @property
+    def resolved(self) -> bool:
+        """A single winner (derived from `answer`, so the two cannot disagree)."""
+        return self.answer == "winner"
 
     def row(self, label: str) -> PlanRow:
         return next(r for r in self.rows if r.label == label)

@@ -13,21 +13,24 @@ Sources (formats in batchscale.rundir):
 Throughput estimator (documented choice; the paper asks for "stable end-to-end throughput"): per seed, q_seed =
 samples_per_step / median(time/step) over step records after the first (the first step carries warm-up: allocator,
 kernel selection, cache growth), with samples_per_step from the run descriptor. The median resists stragglers (a
-checkpoint write, a long-response step). q = mean of q_seed over seeds. A label none of whose runs has a step after the
-warm-up step gets its q from the warm-up step, and the row says so (`throughput_warmup_only`) and a DataWarning is
-raised: never a silent warm-up q. Eval time is not in time/step, so q is the training loop's throughput, as the paper's
-q is. Median time/generate and time/train per step are passed through so the table can show where the time goes. For the
-resolution test (resolve.py) the sd of ln(samples_per_step / time/step) over those steps, pooled over seeds, travels
-with q.
+checkpoint write, a long-response step). q = the geometric mean of q_seed over seeds. A label none of whose runs has a
+step after the warm-up step gets its q from the warm-up step, and the row says so (`throughput_warmup_only`) and a
+DataWarning is raised: never a silent warm-up q. Eval time is not in time/step, so q is the training loop's
+throughput, as the paper's q is. Median time/generate and time/train per step are passed through so the table can show
+where the time goes. The same q_seed is each seed's ln q in the test on ln T (plan/log_time.py: the seed is the unit;
+steps within a run are not independent draws of q, since load on the machine acts on whole runs).
 
 Realized time-to-target (analysis.json `time_to_target_realized`: time/step summed up to the crossing, warm-up included)
 is passed through beside T = N*/q, and so is `stopped` (why a racing sweep stopped the point: it cannot win). The
 batch facts the memory check needs, generation_batch and max_concurrency, come from the runs' run.json.
 
-N* is analysis.json's mean over the seeds that reached the target (with the mean and sd of ln N* for the resolution
-test); rN is recomputed here as a ratio of those means (which may differ from analysis.json's own r_n if that was
-computed otherwise) so that T/T_ref = rN / (q/q_ref) holds exactly. Every configuration that has runs is feasible (it
-ran on this machine).
+N* is the geometric mean of analysis.json's per-seed N* over the seeds that reached the target (its arithmetic
+`mean` for an analysis.json older than the per-seed lists), so that T = N*/q = exp(mean ln T_s), the centre of the
+test; rN is recomputed here as a ratio of those (which may differ from analysis.json's own r_n, a ratio of arithmetic
+means) so that T/T_ref = rN / (q/q_ref) holds exactly. A seed that did not reach the target enters the test with the
+samples it trained (a lower bound). A point's budget is what a racing sweep allowed it (sweep.json race.budgets),
+else the most samples a seed of it trained; the points a racing sweep never ran (race.not_run) are passed on, so no
+answer excludes them. Every configuration that has runs is feasible (it ran on this machine).
 """
 
 from __future__ import annotations
@@ -39,11 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchscale.errors import DataWarning, UserError
+from batchscale.plan.log_time import SeedTime, resolution_variance
 from batchscale.plan.rows import ConfigMeasurement
 from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile, LoadedRun,
-                               find_run_dirs, read_document, read_run)
+                               find_run_dirs, read_document, read_run, read_sweep_document)
 
-THROUGHPUT_METHOD = "samples_per_step / median(time/step) over steps after the first, mean over seeds"
+THROUGHPUT_METHOD = "samples_per_step / median(time/step) over steps after the first, geometric mean over seeds"
 
 
 @dataclass(frozen=True)
@@ -58,16 +62,17 @@ class SweepInputs:
     profile: GenerationProfile | None = None
     no_signal: str | None = None  # analysis.json why_no_signal when there is no learning signal
     score: str = "eval"  # analysis.json score: "train-reward" when the curves are the training reward
+    not_run: tuple[str, ...] = ()  # points a racing sweep never ran (sweep.json race.not_run)
 
 
 @dataclass(frozen=True)
 class RunThroughput:
+    seed: int
     samples_per_s: float
     step_s: float  # median time/step after warm-up
     generate_s: float | None  # median time/generate
     train_s: float | None  # median time/train
     steps_used: int
-    log_samples_per_s: list[float]  # ln(samples_per_step / time/step) of each step used
     warmup_only: bool  # no step after the warm-up step: the warm-up step is all there is
     generation_batch: int | None  # run.json
     max_concurrency: int | None  # run.json
@@ -86,9 +91,12 @@ def load_sweep_inputs(sweep_dir: Path, reference: str | None = None, profile_pat
     analysis = read_document(analysis_path, AnalysisDocument)
     reference = reference if reference is not None else analysis.reference
     throughputs = measure_sweep_throughput(sweep_dir)
+    sweep = read_sweep_document(sweep_dir)
+    race = sweep.race if sweep is not None else None
+    budgets = dict(race.budgets) if race is not None else {}
     # small batches first, as in analysis: a table reads along the batch axis
     ordered = sorted(analysis.configs.items(), key=lambda item: (item[1].samples_per_step, item[0]))
-    measurements = [_to_measurement(label, cfg, throughputs, sweep_dir) for label, cfg in ordered]
+    measurements = [_to_measurement(label, cfg, throughputs, sweep_dir, budgets.get(label)) for label, cfg in ordered]
     profile_path = _find_profile(sweep_dir, profile_path)
     profile = read_document(profile_path, GenerationProfile, "--generation-profile") if profile_path else None
     return SweepInputs(
@@ -102,6 +110,7 @@ def load_sweep_inputs(sweep_dir: Path, reference: str | None = None, profile_pat
         profile=profile,
         no_signal=None if analysis.learning_signal else analysis.why_no_signal,
         score=analysis.score,
+        not_run=tuple(race.not_run) if race is not None else (),
     )
 
 
@@ -129,12 +138,12 @@ def measure_run_throughput(run: LoadedRun) -> RunThroughput | None:
     stable = steps[1:] if len(steps) > 1 else steps
     step_s = statistics.median(s["time/step"] for s in stable)
     return RunThroughput(
+        seed=run.seed,
         samples_per_s=run.samples_per_step / step_s,
         step_s=step_s,
         generate_s=_median_of(stable, "time/generate"),
         train_s=_median_of(stable, "time/train"),
         steps_used=len(stable),
-        log_samples_per_s=[math.log(run.samples_per_step / s["time/step"]) for s in stable],
         warmup_only=len(steps) == 1,
         generation_batch=run.descriptor.generation_batch,
         max_concurrency=run.descriptor.max_concurrency,
@@ -142,7 +151,7 @@ def measure_run_throughput(run: LoadedRun) -> RunThroughput | None:
     )
 
 
-def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
+def _to_measurement(label, cfg, throughputs, sweep_dir, budget: float | None) -> ConfigMeasurement:
     stt = cfg.samples_to_target
     runs = throughputs.get(label)
     if not runs:
@@ -156,15 +165,15 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
         warnings.warn(f"{label}: no run has a step after the warm-up step, so its q includes warm-up (the first step "
                       "carries allocation and compilation): run longer to measure it", DataWarning)
     runs = stable or runs
-    log_q = [value for r in runs for value in r.log_samples_per_s]
+    seed_times = _seed_times(cfg, runs)
+    reached = [t.log_samples for t in seed_times if t.reached]
+    trained = cfg.samples_trained_per_seed
     return ConfigMeasurement(
         label=label,
-        samples_to_target=stt.mean if stt.reached != 0 else None,
-        throughput_samples_per_s=statistics.fmean(r.samples_per_s for r in runs),
-        log_samples_to_target_mean=stt.log_mean,
-        log_samples_to_target_sd=stt.log_sd,
-        log_throughput_sd=statistics.stdev(log_q) if len(log_q) > 1 else None,
-        throughput_steps=len(log_q),
+        samples_to_target=None if stt.reached == 0 else math.exp(statistics.fmean(reached)) if reached else stt.mean,
+        throughput_samples_per_s=math.exp(statistics.fmean(math.log(r.samples_per_s) for r in runs)),
+        seed_times=seed_times,
+        budget_samples=budget if budget is not None else max(trained) if trained else None,
         generation_batch=_agreed([r.generation_batch for r in runs]),
         max_concurrency=_agreed([r.max_concurrency for r in runs]),
         tokens_per_step=_mean_or_none([r.tokens_per_step for r in runs]),
@@ -185,6 +194,23 @@ def _to_measurement(label, cfg, throughputs, sweep_dir) -> ConfigMeasurement:
             "stopped": cfg.stopped,
         },
     )
+
+
+def _seed_times(cfg, runs: list[RunThroughput]) -> tuple[SeedTime, ...]:
+    """Every seed's ln N* (or ln of the samples it trained, when censored) and its own ln q, in analysis.json's seed
+    order; () when a seed lacks either (an analysis.json older than the per-seed lists, an untimed run, N* = 0)."""
+    q_by_seed = {r.seed: r.samples_per_s for r in runs}
+    if cfg.n_star_per_seed is None or cfg.samples_trained_per_seed is None:
+        return ()
+    gaps = cfg.crossing_gap_per_seed or [None] * len(cfg.seeds)
+    times = []
+    for seed, n_star, trained, gap in zip(cfg.seeds, cfg.n_star_per_seed, cfg.samples_trained_per_seed, gaps):
+        value = n_star if n_star is not None else trained
+        if seed not in q_by_seed or not value or value <= 0:
+            return ()
+        times.append(SeedTime(math.log(value), math.log(q_by_seed[seed]), n_star is not None,
+                              resolution_variance(gap, n_star)))
+    return tuple(times)
 
 
 def _agreed(values: list[int | None]) -> int | None:

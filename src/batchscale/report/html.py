@@ -118,8 +118,9 @@ def render_html(inputs: ReportInputs, figures: list[Figure]) -> str:
         "<h2>Decision table</h2>",
         render_decision_table(inputs),
         '<p class="muted">\u2605 the winner (the fastest, when the answer is a near-optimal set; \u2248 the set\'s '
-        'other members). Grey rows cannot win: infeasible, censored in at least one seed, or stopped by a racing '
-        'sweep.</p>',
+        'other members). Grey rows cannot be named best: infeasible, censored in at least one seed, or stopped by a '
+        'racing sweep; a censored one is ruled out only by its bound ("(cut)": the budget cut it, it was not '
+        'beaten).</p>',
         "<h2>Figures</h2>",
         '<div class="figures">', *(render_figure(f) for f in figures), "</div>",
         *([section] if (section := samples_html(inputs.samples)) else []),

@@ -41,14 +41,15 @@ def gather_inputs(sweep_dir: Path, generation_profile: Path | None, training_pro
     """Plan the sweep and read what the report needs; raises UserError (before anything is written) on bad input,
     and on runs of different tasks or models unless allow_mixed."""
     from batchscale.analysis.analyze import compute_analysis
+    from batchscale.analysis.runs import check_mixed_runs
     from batchscale.plan.make import make_plan, plan_document
     from batchscale.report.samples import collect_samples
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise UserError(f"sweep directory {sweep_dir}", "does not exist", "give the directory `batchscale sweep` wrote")
-    decision, explanation, regime, source = make_plan(path=sweep_dir, generation_profile=generation_profile)
-    plan = plan_document(decision, explanation, regime, source)
+    check_mixed_runs(sweep_dir, allow_mixed)  # before any plan is made of them
+    plan = plan_document(make_plan(path=sweep_dir, generation_profile=generation_profile))
     analysis = read_document(sweep_dir / ANALYSIS_FILE, AnalysisDocument)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # analyze already reported them when it wrote analysis.json

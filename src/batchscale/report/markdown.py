@@ -61,7 +61,8 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         *render_table(DECISION_HEADER, table),
         "",
         ("\u2605 the winner (the fastest, when the answer is a near-optimal set; \u2248 the set's other members). "
-         "Rows that cannot win: infeasible, censored in at least one seed, or stopped by a racing sweep."),
+         "Rows that cannot be named best: infeasible, censored in at least one seed, or stopped by a racing sweep; a "
+         "censored one is ruled out only by its bound (\"(cut)\": the budget cut it, it was not beaten)."),
         "",
         "## Figures",
         "",

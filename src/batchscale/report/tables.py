@@ -15,7 +15,7 @@ from batchscale.plan.explain import describe_verdict, format_time_to_target
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
-                   "T = N*/q", "realized T", "T/T_ref", "feasible"]
+                   "T = N*/q", "realized T", "T/T_ref", "budget / N*_ref", "feasible"]
 LEARNING_HEADER = ["label", "B_train", "lr", "seeds", "rollout (mean staleness)", "N* mean [95% CI] (reached)", "rN",
                    "update ratio", "aligned", "|g| actor"]
 
@@ -44,6 +44,7 @@ def decision_rows(plan: dict) -> list[tuple[dict, list[str]]]:
             _fixed(row.get("r_n"), "{:.2f}"), _fixed(row.get("throughput_gain"), "{:.2f}x"),
             format_time_to_target(row.get("time_to_target")), format_time_to_target(row.get("time_to_target_realized")),
             _fixed(row.get("normalized_time_to_target"), "{:.2f}"),
+            _fixed(row.get("budget_over_reference_n_star"), "{:.2f}") + (" (cut)" if row.get("budget_cut") else ""),
             "yes" if row.get("feasible") else "no",
         ]))
     return out
@@ -109,14 +110,20 @@ def measurement_notes(inputs: ReportInputs) -> list[str]:
         f"{'y' if inputs.runs_total == 1 else 'ies'} in {run_dirs_place(inputs.sweep_dir)}. "
         "Learning curves show the seed mean and a +-1 seed-sd band.",
         "N*: first crossing of the target per seed, linearly interpolated between eval points; a seed that never reaches "
-        f"it is censored. Mean and {intervals.DEFAULT_CONFIDENCE:.0%} {intervals.INTERVAL_METHOD} (Student's t) over "
-        f"the seeds that reached it (with one seed: \"{intervals.ONE_SEED}\"); rN = mean N*(B) / mean N*(B_ref). "
-        "A configuration with any censored seed cannot win (its N* is only a lower bound). Realized T: time/step summed "
-        "up to each seed's crossing (warm-up step included), mean over reached seeds.",
-        "Resolved: the winner beats the runner-up and the reference at the 95% level on log T = ln N* - ln q, with the "
-        "variance of ln N* across seeds and of ln q across steps (Welch t). Resolved as a near-optimal set: the best "
-        "cannot be told apart from some eligible points, each of which beats the reference, and it beats every other "
-        "eligible point (plan/resolve.py); otherwise the report says why neither.",
+        f"it is censored. Learning table: mean and {intervals.DEFAULT_CONFIDENCE:.0%} {intervals.INTERVAL_METHOD} "
+        f"(Student's t) over the seeds that reached it (with one seed: \"{intervals.ONE_SEED}\"). Decision table: N* "
+        "and q are geometric means over seeds, so T = N*/q = exp(mean ln T_s). A configuration with a censored seed "
+        "cannot be named best (its N* is only a lower bound) and is ruled out only when the best beats even that "
+        "bound; budget / N*_ref is the most samples a seed of it could train over the reference's N*, \"(cut)\" where "
+        "the budget cut it rather than the test beat it. Realized T: time/step summed up to each seed's crossing "
+        "(warm-up step included), mean over reached seeds.",
+        "Resolved: the winner beats every other configuration at the 95% level on ln T_s = ln N*_s - ln q_s, each seed "
+        "with its own q (the seed is the unit), the between-seed variance pooled over configurations (sd "
+        f"{format_number(plan.get('pooled_sd'))}, {plan.get('pooled_df') or 0} df) and floored there for each one. "
+        "Resolved as a near-optimal set: the best cannot be told apart from some eligible points, each of which beats "
+        "the reference, and it beats everything else; its members are called equivalent only when every T ratio "
+        "interval (joint, Bonferroni) lies inside [0.90, 1.11] (plan/resolve.py); otherwise the report says why "
+        "neither.",
         f"Alignment: D = mean |J - J_ref| / pooled seed sd over the common sample range; aligned when "
         f"D <= {alignment.ALIGNMENT_THRESHOLD}.",
         f"Throughput q (samples/s): {plan.get('throughput_method')}. T = N*/q; T/T_ref = rN / (q/q_ref); the winner is "

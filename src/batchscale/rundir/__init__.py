@@ -8,7 +8,7 @@
     <sweep>/runs/<label>__s<seed>/                              run.py: the sweep layout
     <sweep>/sweep.json                                          sweep_file.py: the points, a racing sweep's facts
     analysis.json, plan.json, profiles/generation.json,        documents.py: AnalysisDocument, PlanDocument,
-    profiles/training.json, plan --predict --json              GenerationProfile, TrainingProfile, PredictionDocument
+    profiles/training.json, predict --json                   GenerationProfile, TrainingProfile, PredictionDocument
 
     analyze/plan --csv, --parquet                              tables.py: one row per label, units in column names
     <sweep>/sweep.lock                                          lock.py: SweepLock, one sweep per directory at a time

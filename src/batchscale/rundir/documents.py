@@ -2,7 +2,7 @@
 
     analysis.json                `AnalysisDocument`   batchscale analyze: the learning side (N*, rN, alignment, B_simple)
     plan.json / plan --json      `PlanDocument`       batchscale plan: the decision table, the winner, the regime
-    plan --predict --json        `PredictionDocument` batchscale plan --predict: rN and q predicted from one run
+    predict --json               `PredictionDocument` batchscale predict: rN and q predicted from one run
     profiles/generation.json     `GenerationProfile`  batchscale profile generation --json: tokens/s vs concurrency, knee
     profiles/training.json       `TrainingProfile`    batchscale profile training --json: seconds per update vs batch
 
@@ -83,7 +83,13 @@ class LabelAnalysis(Strict):
     rollout_mode: Literal["sync", "async"] = "sync"  # run.json's: each mode is its own label
     max_staleness: int | None = None  # async: the bound k on policy versions a consumed sample may lag
     staleness_mean: float | None = None  # async: async/staleness_mean over every step and seed
-    stopped: str | None = None  # a racing sweep stopped the point: "cannot win (T > 41 s at N = 5,120)" (summary.json)
+    stopped: str | None = None  # a racing sweep stopped the point: "cannot win (T > 41 s at N = 5,120)" (summary.json
+    # or sweep.json)
+    # per seed, in the order of `seeds` (None: an analysis.json older than issue 38): N* (null: not reached), the
+    # samples trained (a censored seed's bound on N*), and the eval interval holding the crossing (samples; null: none)
+    n_star_per_seed: list[float | None] | None = None
+    samples_trained_per_seed: list[float] | None = None
+    crossing_gap_per_seed: list[float | None] | None = None
 
 
 class NoiseScaleValue(Strict):
@@ -169,6 +175,17 @@ class PlanRowDocument(Strict):
     throughput_capped_at: int | None = None  # B_train decodes in waves of this many sequences
     stopped: str | None = None  # analysis.json's: why a racing sweep stopped the point (it cannot win)
     generate_s_measured: float | None = None  # the runs' own time/generate, where a server's profile replaced it
+    seeds: int | None = None  # seeds in the test on ln T (None: no per-seed N* and q, e.g. a table)
+    budget_samples: float | None = None  # the most samples a seed could train (a racing sweep's, else trained)
+    budget_over_reference_n_star: float | None = None  # budget / N*_ref: below ~2x its q gain, the budget may censor
+    budget_cut: bool = False  # censored, and the best does not beat its bound: cut by the budget, not beaten
+
+
+class RatioDocument(Strict):
+    label: str
+    ratio: float  # T_label / T_best
+    low: float
+    high: float
 
 
 class PlanDocument(Document):
@@ -177,11 +194,18 @@ class PlanDocument(Document):
     reference: str
     best: str | None
     runner_up: str | None = None
-    resolved: bool = False  # the best beats the runner-up and the reference on log T at the 95% level
+    resolved: bool = False  # a single winner: the best beats every other configuration on ln T at the 95% level
     # which kind of answer (plan/resolve.py): "winner" (resolved), "near_optimal" (a set, `near_optimal`, fastest
     # first, each member beating the reference and the best not beating the others), "unresolved", "none" (no best)
     answer: Literal["winner", "near_optimal", "unresolved", "none"] | None = None  # None: a plan.json older than this
     near_optimal: list[str] = []
+    near_optimal_ratios: list[RatioDocument] = []  # each other member's T / T_best at `joint_confidence`
+    joint_confidence: float | None = None  # Bonferroni over the set's comparisons
+    equivalent: bool | None = None  # every ratio interval inside [0.9, 1.11]; false: "not separated"
+    budget_cut: list[str] = []  # censored points the best does not beat by their bound
+    not_run: list[str] = []  # points a racing sweep never ran (its time budget ended first)
+    pooled_sd: float | None = None  # the seed-to-seed sd of ln T the tests used, and its degrees of freedom
+    pooled_df: int | None = None
     why_unresolved: str | None = None
     explanation: str
     regime: RegimeDocument
@@ -198,7 +222,7 @@ class PlanDocument(Document):
     rows: list[PlanRowDocument]
 
 
-# --- plan --predict --json -----------------------------------------------------------------------------------------
+# --- predict --json ----------------------------------------------------------------------------------------------
 
 class PredictionReference(Strict):
     label: str
@@ -223,7 +247,7 @@ class PredictedRow(Strict):
 
 
 class PredictionDocument(Document):
-    regenerate: ClassVar[str] = "rerun `batchscale plan --predict RUN_DIR --json`"
+    regenerate: ClassVar[str] = "rerun `batchscale predict RUN_DIR --json`"
 
     run: str
     label: str

@@ -140,7 +140,8 @@ class StoppedRun(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    reason: Literal["target", "cannot_win"]  # reached the sweep's fixed target / its point can no longer win
+    # reached the sweep's fixed target / its point can no longer win / the budget sized from the reference (sweep.race)
+    reason: Literal["target", "cannot_win", "budget"]
     samples: int  # cumulative samples when it stopped
     message: str  # for people: "reached the target 0.587 at N = 3,584", "cannot win (T > 41 s at N = 5,120)"
 

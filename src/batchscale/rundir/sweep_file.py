@@ -3,7 +3,8 @@
     {"schema_version": 2,
      "points": [{"name": "grpo-P8-G8-sqrt__s0", "label": "grpo-P8-G8-sqrt", "seed": 0}, ...],
      "race": {"reference": ..., "target": 0.587, "target_rule": "...", "initial_seeds": 2, "max_seeds": 3,
-              "time_budget_s": 300.0, "stopped": {"grpo-P64-G8-sqrt": "cannot win (T > 41 s at N = 5,120)"}}}
+              "time_budget_s": 300.0, "stopped": {"grpo-P64-G8-sqrt": "cannot win (T > 41 s at N = 5,120)"},
+              "budgets": {"grpo-P8-G8-sqrt": 9216.0, ...}, "not_run": []}}
 
 `race` is absent for a plain sweep. A racing sweep fixes its target before any run may stop at it, so `analyze` reads
 the target from here when none is given (the runs stopped at exactly this score: another target would misread them).
@@ -38,6 +39,9 @@ class RaceFacts(_Strict):
     max_seeds: int
     time_budget_s: float | None
     stopped: dict[str, str] = {}  # label -> why the point was stopped ("cannot win (T > x s at N = y)")
+    # label -> the most samples a seed of the point could train (sized from the reference's N*: sweep.race)
+    budgets: dict[str, float] = {}
+    not_run: list[str] = []  # points none of whose seeds ran (the time budget ended first)
 
 
 class SweepDocument(_Strict):

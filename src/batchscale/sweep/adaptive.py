@@ -42,9 +42,12 @@ def seed_list(points: list[Point], max_seeds: int) -> list[int]:
     return seeds
 
 
-def point_for_seed(template: Point, seed: int) -> Point:
+def point_for_seed(template: Point, seed: int, budget_samples: float | None = None) -> Point:
+    """The label's config at `seed`, its run.budget_samples raised to `budget_samples` (never lowered) when given."""
     data = template.config_data
     data["run"]["seed"] = seed
+    if budget_samples is not None:
+        data["run"]["budget_samples"] = max(int(data["run"]["budget_samples"]), math.ceil(budget_samples))
     return Point.of(validate_config(data))
 
 
@@ -59,11 +62,13 @@ def seed_result(run_dir: Path, target: float | None) -> SeedResult:
     run = read_run(run_dir)
     samples, scores = curves.extract_eval_curve(run)
     n_star = targets.find_samples_to_target(samples, scores, target) if target is not None else None
+    bracket = targets.find_crossing_bracket(samples, scores, target) if target is not None else None
     log_q = tuple(math.log(run.samples_per_step / s["time/step"]) for s in run.steps[1:] if s.get("time/step"))
     summary = run.summary
     stopped = summary.stopped
     return SeedResult(run.label, run.seed, n_star, float(summary.samples), log_q, float(summary.wall_s or 0.0),
-                      stopped.reason if stopped is not None else None, stopped.message if stopped is not None else None)
+                      stopped.reason if stopped is not None else None, stopped.message if stopped is not None else None,
+                      None if bracket is None else bracket[1] - bracket[0])
 
 
 def default_target(run_dirs: list[Path]) -> tuple[float | None, str]:
@@ -100,8 +105,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     by_name = {p.name: p for p in candidates}
     reference = reference_of(templates)
     plans = {label: t.plan for label, t in templates.items()}
-    facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
-             for label, plan in plans.items()]
+    facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt,
+                        plan.budget_samples) for label, plan in plans.items()]
     race = Race(facts, reference, seeds, settings)
     rule = target_rule or USER_TARGET_RULE
     previous = read_sweep_document(sweep_dir)
@@ -128,7 +133,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
                                        for n in launched], RaceFacts(
             reference=reference, target=race.target, target_rule=race.target_rule or "not fixed yet",
             initial_seeds=settings.initial_seeds, max_seeds=settings.max_seeds,
-            time_budget_s=settings.time_budget_s, stopped=dict(race.stopped)))
+            time_budget_s=settings.time_budget_s, stopped=dict(race.stopped), budgets=race.budgets(),
+            not_run=race.not_run() if race.ended is not None and not in_flight else []))
 
     def fix_target() -> None:
         runs = [sweep_runs_dir(sweep_dir) / run_dir_name(reference, s.seed) for s in race.results[reference]]
@@ -152,6 +158,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
                 fix_target()
             while len(in_flight) < workers and (job := race.next_job(time.perf_counter() - started)) is not None:
                 point = by_name[run_dir_name(job.label, job.seed)]
+                if job.budget_samples is not None:  # sized from the reference (sweep.race_rule.Budget)
+                    point = point_for_seed(templates[job.label], job.seed, job.budget_samples)
                 pool.submit(RunJob(point, *state.staging_for(point, sweep_dir, log=progress.note)), stop=job.stop)
                 in_flight[point.name] = job
                 launched.append(point.name)
@@ -183,6 +191,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
         pool.close()
     for unused in state.resumable.values():  # claimed for seeds the race did not run again
         shutil.rmtree(unused.staging, ignore_errors=True)
+    save()  # the budgets and the points that never ran, now that the race is over
     decision = race.decision()
     trained = sum(s.samples for seeds in race.results.values() for s in seeds)
     progress.note(f"race over: {race.ended}; {trained:,.0f} samples trained, {trained / full_grid:.0%} of the full grid "
@@ -190,6 +199,8 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     return {"race": {"reference": reference, "target": race.target, "target_rule": race.target_rule,
                      "ended": race.ended, "answer": decision.answer if decision is not None else "none",
                      "stopped": dict(race.stopped), "samples_trained": trained, "full_grid_samples": full_grid,
-                     "seeds": {label: len(s) for label, s in race.results.items()}},
+                     "seeds": {label: len(s) for label, s in race.results.items()}, "budgets": race.budgets(),
+                     "not_run": race.not_run(),
+                     "budget_cut": list(decision.budget_cut) if decision is not None else []},
             "runs": len(launched), "skipped": len(state.finished), "ran": len(launched) - len(state.finished),
             "failed": failed}

@@ -1,25 +1,40 @@
-"""The racing rule: when a sweep point can no longer win, on the time-to-target axis, with its uncertainty.
+"""The racing rule: when a sweep point can no longer win, and how many samples a seed gets, on the time-to-target axis
+with the seed as the unit (the model is plan/log_time.py's: y_s = ln N*_s - ln q_s per seed, a between-seed variance
+pooled over points, each point's own variance floored at the pooled one, Student's t at the pooled df).
 
-A point p whose seed has not reached the target at N samples has N*_s > N for that seed, so its time-to-target is
-bounded below. With the log scale of the decision rule (ln T = ln N* - ln q; plan/resolve.py), over the k seeds of p so
-far (a reached seed gives ln N*_s, an unreached one the lower bound ln N_s):
+Cannot win. A seed that has not reached the target at N samples has N*_s > N, so y_s > ln N - ln q_s, q_s its own
+realized throughput so far (samples_per_step / median time/step after the warm-up step). Over the k seeds of point p
+so far (a reached seed's y_s, an unreached one's bound), and with b the leader (the point with the smallest mean ln T
+among those whose every seed reached the target):
 
-    low_p  = mean_s ln N_s  - t(df) * sigma / sqrt(k)  -  (mean ln q_p + t(m-1) * sd(ln q_p) / sqrt(m))
-    high_b = mean_s ln N*_s + t(df) * sigma / sqrt(n_b) - (mean ln q_b - t(m-1) * sd(ln q_b) / sqrt(m))
+    low_p  = mean_s y_s - t(df) sqrt(v_p / k)          (a lower bound on p's mean ln T)
+    high_b = mean_s y_s + t(df) sqrt(v_b / n_b)        (an upper bound on b's)
 
-where b is the leader (the point with the smallest estimated T among those whose every seed reached the target), sigma
-the seed-to-seed sd of ln N* pooled over every point with two or more reached seeds (df = sum of n - 1), and ln q the
-per-step log throughputs after each run's warm-up step (m of them). t is the (1 + confidence)/2 quantile of Student's
-t, so each bound is one-sided at 97.5% for the default confidence 0.95. The point is stopped, "cannot win", once
-low_p > high_b.
+t the (1 + confidence)/2 quantile of Student's t at the pooled df (each bound one-sided at 99.5% for the race's
+confidence 0.99: a stop only saves compute, and a wrong one loses the answer), v the per-seed variance
+max(scaled own, pooled, eval-grid resolution). Both need 2 seeds (the running one counts): with one, a
+point's own spread is unknown. The point is stopped, "cannot win", once low_p > high_b. Run-level throughput scatter
+(another process on the machine for a whole run) is in y_s, so in the pooled variance: the bounds carry it, which
+per-step draws of q did not.
 
-Assumptions: seeds scatter ln N* alike at every point (the pooled sigma; a point's own 2-3 seeds cannot estimate it),
-ln N* of a seed is normal around the point's mean, and step times are independent draws around the run's q (as in
-plan/resolve.py). The rule wrongly stops the true winner w only if w's lower bound lies above its true ln T, or the
-leader's upper bound below the leader's true ln T (which is >= w's): each has probability <= 2.5%, so a single
-decision errs with probability <= 5%. The rule is checked at every eval of every seed; the simulation in
-tests/test_race.py measures the rate over whole sweeps (repeated checks included): at most the stated 5% on the
-designs it tries, near ties included.
+Budget from the reference. Once the reference's N* is known (the geometric mean of its reached seeds, with their q),
+a seed of point p may train up to
+
+    max(floor, BUDGET_MARGIN x N*_ref x q_s / q_ref)
+
+samples (checked at each eval from its own q so far; `floor` is the sweep file's run.budget_samples), which is what it
+needs to reach the target in BUDGET_MARGIN times the reference's time: a seed the budget censors has T_s above twice
+the reference's T, which the plan's test then rules out against any winner (the winner is at least as fast as the
+reference) unless the seeds scatter widely; then the plan says the budget cut that point rather than beat it
+(plan/resolve.py). Its run's configured budget is the cap max(floor, BUDGET_MARGIN x N*_ref x max(1, B_p / B_ref)):
+throughput cannot grow faster than the batch (a step cannot take less time at a larger batch).
+
+Assumptions and error: as plan/log_time.py (a common seed spread; the scaled own variance for points that scatter
+more). The rule wrongly stops the true winner w only if w's lower bound lies above its true mean ln T, or the
+leader's upper bound below the leader's (which is at least w's): each has probability <= 0.5% at one check. The rule
+is checked at every eval of every seed, and the answer is the plan's at the end (a stopped point is ruled out there
+only if the best beats its bound); tests/test_race.py measures the error of the final answer (the true winner missing
+from it) over whole simulated sweeps, under the conditions README lists.
 """
 
 from __future__ import annotations
@@ -27,11 +42,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from functools import cached_property
 
-from batchscale.analysis.intervals import student_quantile
+from batchscale.plan.log_time import (Pool, SeedTime, estimate_point, lower_bound, pool_variance, resolution_variance,
+                                      upper_bound)
+from batchscale.plan.resolve import MIN_SEEDS
 from batchscale.rundir import StoppedRun, primary_eval_score
 
-RACE_CONFIDENCE = 0.95
+RACE_CONFIDENCE = 0.99  # each bound one-sided at 99.5%: a stop only saves compute, and a wrong one costs the answer
+BUDGET_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -44,8 +63,9 @@ class SeedResult:
     samples: float  # samples trained
     log_q: tuple[float, ...]  # ln(samples_per_step / time/step) of each step after the first (warm-up) step
     wall_s: float
-    stopped: str | None = None  # "target" | "cannot_win" | None (ran to its budget)
+    stopped: str | None = None  # "target" | "cannot_win" | "budget" | None (ran to its configured budget)
     stop_message: str | None = None  # the run's own words for it (summary.json stopped.message)
+    crossing_gap: float | None = None  # samples between the evals that bracket the crossing (None: unknown)
 
     @property
     def reached(self) -> bool:
@@ -57,64 +77,45 @@ class SeedResult:
         value = self.samples_to_target if self.reached else self.samples
         return math.log(value) if value > 0 else None
 
-
-@dataclass(frozen=True)
-class Spread:
-    """The pooled seed-to-seed sd of ln N* and its degrees of freedom."""
-
-    sigma: float
-    df: int
-
-
-def pooled_spread(results: dict[str, list[SeedResult]]) -> Spread | None:
-    """sd of ln N* pooled over the points with >= 2 reached seeds (N* > 0); None without a degree of freedom."""
-    squares, df = 0.0, 0
-    for seeds in results.values():
-        logs = [math.log(s.samples_to_target) for s in seeds if s.reached and s.samples_to_target > 0]
-        if len(logs) >= 2:
-            mean = statistics.fmean(logs)
-            squares += sum((x - mean) ** 2 for x in logs)
-            df += len(logs) - 1
-    return Spread(math.sqrt(squares / df), df) if df else None
+    @cached_property  # the median over steps, computed once per seed (the race asks after every event)
+    def seed_time(self) -> SeedTime | None:
+        """ln N*_s (or its bound) and ln q_s, this run's own median-step throughput; None without either."""
+        if self.log_n is None or not self.log_q:
+            return None
+        return SeedTime(self.log_n, statistics.median(self.log_q), self.reached,
+                        resolution_variance(self.crossing_gap, self.samples_to_target))
 
 
-def _log_q_bound(log_q: list[float], confidence: float, upper: bool) -> float | None:
-    """Upper (or lower) one-sided bound on the mean ln q; None without steps."""
-    if not log_q:
+def seed_times(seeds: list[SeedResult]) -> list[SeedTime] | None:
+    """Every seed's SeedTime, or None when one of them has none."""
+    times = [s.seed_time for s in seeds]
+    return None if not times or None in times else times
+
+
+def pooled_spread(results: dict[str, list[SeedResult]]) -> Pool | None:
+    """The pooled variance of ln T over the points whose every seed (two or more) reached the target."""
+    return pool_variance([times for seeds in results.values() if (times := seed_times(seeds))])
+
+
+def log_time_low(times: list[SeedTime], pool: Pool, confidence: float) -> float | None:
+    """Lower bound on a point's mean ln T from its seeds (reached, or bounds when not)."""
+    return lower_bound(estimate_point(times, pool), pool, confidence) if times else None
+
+
+def log_time_high(seeds: list[SeedResult], pool: Pool, confidence: float) -> float | None:
+    """Upper bound on a point's mean ln T; None unless every seed reached the target (N* > 0) and was timed."""
+    times = seed_times(seeds)
+    if times is None or not all(t.reached for t in times):
         return None
-    mean = statistics.fmean(log_q)
-    if len(log_q) < 2:
-        return mean
-    margin = student_quantile(confidence, len(log_q) - 1) * statistics.stdev(log_q) / math.sqrt(len(log_q))
-    return mean + margin if upper else mean - margin
-
-
-def log_time_low(log_n: list[float], log_q: list[float], spread: Spread, confidence: float) -> float | None:
-    """Lower bound on a point's ln T from its seeds' ln N (reached or lower bounds) and steps' ln q."""
-    q_high = _log_q_bound(log_q, confidence, upper=True)
-    if not log_n or q_high is None:
-        return None
-    margin = student_quantile(confidence, spread.df) * spread.sigma / math.sqrt(len(log_n))
-    return statistics.fmean(log_n) - margin - q_high
-
-
-def log_time_high(seeds: list[SeedResult], spread: Spread, confidence: float) -> float | None:
-    """Upper bound on a point's ln T; None unless every seed reached the target (N* > 0) and steps were timed."""
-    if not seeds or not all(s.reached and s.samples_to_target > 0 for s in seeds):
-        return None
-    q_low = _log_q_bound([v for s in seeds for v in s.log_q], confidence, upper=False)
-    if q_low is None:
-        return None
-    margin = student_quantile(confidence, spread.df) * spread.sigma / math.sqrt(len(seeds))
-    return statistics.fmean(s.log_n for s in seeds) + margin - q_low
+    return upper_bound(estimate_point(times, pool), pool, confidence)
 
 
 def estimated_log_time(seeds: list[SeedResult]) -> float | None:
-    """The point estimate of ln T (mean ln N* - mean ln q) when every seed reached the target; else None."""
-    if not seeds or not all(s.reached and s.samples_to_target > 0 for s in seeds):
+    """The point estimate of mean ln T when every seed reached the target; else None."""
+    times = seed_times(seeds)
+    if times is None or not all(t.reached for t in times):
         return None
-    log_q = [v for s in seeds for v in s.log_q]
-    return statistics.fmean(s.log_n for s in seeds) - statistics.fmean(log_q) if log_q else None
+    return statistics.fmean(t.log_time for t in times)
 
 
 @dataclass(frozen=True)
@@ -123,16 +124,17 @@ class Leader:
     log_time_high: float  # its upper bound on ln T
 
 
-def find_leader(results: dict[str, list[SeedResult]], spread: Spread | None,
+def find_leader(results: dict[str, list[SeedResult]], pool: Pool | None,
                 confidence: float = RACE_CONFIDENCE) -> Leader | None:
     """The point with the smallest estimated T among those whose every seed reached the target, with its bound."""
-    if spread is None:
+    if pool is None:
         return None
-    estimates = {label: t for label, seeds in results.items() if (t := estimated_log_time(seeds)) is not None}
+    estimates = {label: t for label, seeds in results.items()
+                 if len(seeds) >= MIN_SEEDS and (t := estimated_log_time(seeds)) is not None}
     if not estimates:
         return None
     label = min(estimates, key=lambda k: (estimates[k], k))
-    high = log_time_high(results[label], spread, confidence)
+    high = log_time_high(results[label], pool, confidence)
     return Leader(label, high) if high is not None else None
 
 
@@ -142,29 +144,58 @@ def cannot_win_message(log_low: float, samples: float, leader: Leader) -> str:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """How many samples a seed may train, sized from the reference (module docstring)."""
+
+    floor_samples: float  # the sweep file's run.budget_samples
+    reference_log_n: float  # ln of the reference's N* (geometric mean over its reached seeds)
+    reference_log_q: float  # ln of its q (geometric mean over those seeds)
+    margin: float = BUDGET_MARGIN
+
+    def samples_for(self, log_q: float) -> float:
+        """max(floor, margin x N*_ref x q / q_ref) for a seed or point of throughput exp(log_q)."""
+        return max(self.floor_samples, self.margin * math.exp(self.reference_log_n + log_q - self.reference_log_q))
+
+    def cap(self, batch_ratio: float) -> float:
+        """The run's configured budget: throughput grows at most as fast as the batch (B_p / B_ref)."""
+        return max(self.floor_samples, self.margin * math.exp(self.reference_log_n) * max(1.0, batch_ratio))
+
+    def over_reference(self, samples: float) -> float:
+        return samples / math.exp(self.reference_log_n)
+
+
+@dataclass(frozen=True)
 class StopRule:
     """What a running seed of a racing sweep checks after each of its evals (in the worker, from its own records):
-    stop at the target, or stop when its point cannot win against the leader known when it started."""
+    stop at the target, when its point cannot win against the leader known when it started, or at the budget sized
+    from the reference."""
 
     target: float
     samples_per_step: int
-    prior_log_n: tuple[float, ...] = ()  # the point's finished seeds: ln N*_s, or ln N when not reached
-    prior_log_q: tuple[float, ...] = ()
-    spread: Spread | None = None
+    prior: tuple[SeedTime, ...] = ()  # the point's finished seeds
+    pool: Pool | None = None
     leader: Leader | None = None
     confidence: float = RACE_CONFIDENCE
+    budget: Budget | None = None
 
     def decide(self, samples: float, score: float, log_q: list[float]) -> StoppedRun | None:
         if score >= self.target:
             return StoppedRun(reason="target", samples=int(samples),
                               message=f"reached the target {self.target:.4g} at N = {samples:,.0f}")
-        if self.leader is None or self.spread is None or samples <= 0:
+        if samples <= 0 or not log_q:
             return None
-        low = log_time_low([*self.prior_log_n, math.log(samples)], [*self.prior_log_q, *log_q], self.spread,
-                           self.confidence)
-        if low is not None and low > self.leader.log_time_high:
-            return StoppedRun(reason="cannot_win", samples=int(samples),
-                              message=cannot_win_message(low, samples, self.leader))
+        own_log_q = statistics.median(log_q)
+        if self.leader is not None and self.pool is not None and len(self.prior) + 1 >= MIN_SEEDS:
+            low = log_time_low([*self.prior, SeedTime(math.log(samples), own_log_q, reached=False)], self.pool,
+                               self.confidence)
+            if low is not None and low > self.leader.log_time_high:
+                return StoppedRun(reason="cannot_win", samples=int(samples),
+                                  message=cannot_win_message(low, samples, self.leader))
+        if self.budget is not None and samples >= (allowed := self.budget.samples_for(own_log_q)):
+            gain = math.exp(own_log_q - self.budget.reference_log_q)
+            return StoppedRun(reason="budget", samples=int(samples), message=(
+                f"budget: N = {samples:,.0f} >= {allowed:,.0f} = max(the sweep's {self.budget.floor_samples:,.0f}, "
+                f"{self.budget.margin:g} x N*_ref x its throughput gain {gain:.2f})"))
         return None
 
     def __call__(self, records: list[dict]) -> StoppedRun | None:
