@@ -6,15 +6,17 @@ every generate call, so an optimizer step on the policy is seen by the next call
 `LlamaDecoderLayer` computes: RMSNorm, rotary embeddings (the model's own tables), attention over the KV cache, the
 gated MLP.
 
-Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
-step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
-row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
-NATIVE_SMALL_BATCH_ROWS sequences (there a whole layer is one call), torch's bf16 GEMM over pre-packed matrices above
+Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.kernel_candidates offers "avx512_bf16"), a
+decode step instead makes one native call per small op (`_fused_layers`: residual add + RMSNorm, RoPE, attention over
+each row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
+the plan's row count (there a whole layer is one call), torch's bf16 GEMM over pre-packed matrices above
 (weights.onednn_linear, also for prefill). It departs from HF's bf16 arithmetic in rounding only:
 each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
-The AVX2 kernels ("avx2": a bf16 model decoded in float32; "f32": a float32 model on a CPU without the AVX-512 path)
-take the same route in float32 (kernels/decode_avx2.c): one call per layer up to their small-batch rows, the fused
+The float32 kernels ("avx2": a bf16 model decoded in float32; "f32" and "f32_avx512": a float32 model, 8 or 16 lanes)
+take the same route in float32 (kernels/decode_avx2.c): one call per layer up to the plan's row count, the fused
 small ops around torch's float32 GEMM above; the result is torch's float32 decode up to summation order.
+Which kernel, how it walks the weights and up to how many sequences is the decode plan: timed at the first `sync` and
+cached per CPU and model shape (tuning.py), or set by `use_plan`; `probe_step` is what the timing runs.
 
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it

@@ -11,8 +11,8 @@ small steps run the fused kernels (decoder.SlotDecoder.fused) calls `choose_plan
    shapes and dtypes and the candidate sets. A file that is unreadable, of another schema or another key, or whose
    winner is not a valid plan here, is ignored with a warning and the plans are timed again;
 2. else times the candidates on the model's first layers (at least PROBE_BYTES of their matrices, so they stream from
-   memory as a whole step's do) and its LM head, in ROUNDS round-robin rounds after a warm-up round, the median per
-   candidate, in three stages:
+   memory as a whole step's do), in ROUNDS round-robin rounds after a warm-up round, the median per candidate, in
+   three stages:
    a. each kernel allowed here x walk order ("tiles", "rows") x prefetch distance (PREFETCH_BYTES), one sequence;
    b. the winner on one thread, where torch has more than one;
    c. the most sequences a step may hold to use the kernel's one-call layers: ROW_COUNTS in turn, as long as they
@@ -50,10 +50,10 @@ from batchscale.rollout.weights import DEFAULT_WALKS, KERNEL_LINEAR
 SCHEMA = "batchscale.decode_plan/1"
 TUNING_ENV = "BATCHSCALE_DECODE_TUNING"
 TUNING_MODES = ("auto", "off", "retime")
-PREFETCH_BYTES = (0, 1024, 4096)
+PREFETCH_BYTES = (0, 4096)  # none, or about one column tile ahead (what the AVX2 kernels needed on Sapphire Rapids)
 ROW_COUNTS = (1, 2, 4, 8, 16)
 PROBE_BYTES = 64 << 20  # twice the largest last-level cache of the machines measured: the probe reads memory
-ROUNDS = 5
+ROUNDS = 3
 MAX_FILE_BYTES = 1 << 20
 
 
@@ -205,7 +205,7 @@ def time_plans(decoder) -> dict:
     def probe(kernel: str, walk: KernelPlan, batch: int, small: bool = True):
         def run():
             packed.use(kernel, walk, max(ROW_COUNTS))
-            decoder.probe_step(batch, small, layer_count, head=True)
+            decoder.probe_step(batch, small, layer_count, head=False)
         return run
 
     walks = [(kernel, KernelPlan(order, prefetch)) for kernel, _ in decoder.kernels for order in ORDERS
@@ -231,6 +231,6 @@ def time_plans(decoder) -> dict:
     plan = DecodePlan(kernel, walk, rows)
     packed.use(kernel, walk, rows)
     return {"winner": plan.to_json(), "winner_plan": plan, "candidates": candidates, "rows": row_ms,
-            "probe": {"layers": layer_count, "lm_head": True, "rounds": ROUNDS, "statistic": "median"},
+            "probe": {"layers": layer_count, "lm_head": False, "rounds": ROUNDS, "statistic": "median"},
             "huge_page_bytes": packed.huge_page_bytes, "tuning_s": round(time.perf_counter() - started, 3),
             "timed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

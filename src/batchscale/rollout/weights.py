@@ -27,6 +27,12 @@ should if the decoder reads the model's modules as they are:
   `onednn_linear`: bit-identical to F.linear, and 15-30% less time per decode step at 8-64 sequences (BENCHMARKS.md).
   The price is memory: one more copy of every matrix and of the LM head (SmolLM2-135M: +268 MB), beside the plain
   ones the small-batch kernel reads.
+- the pages: the matrices the small-batch kernel reads (and the LM head) are copied into one arena of 2 MiB pages
+  (hugepages.py), where the hardware prefetchers run on past what would be 4 KiB page boundaries. Where the model's
+  own parameters were read in place before (a bf16 model's o and down projections and tied head on a CPU with native
+  bf16; a float32 model's), that copy costs their size once more (SmolLM2-135M: +130 MB in bf16, +260 MB in float32).
+- the kernel, its walk over the weights and the row counts above are defaults: the decoder settles them per CPU and
+  model shape by timing (tuning.py) and sets them with `PackedWeights.use`, without a re-pack.
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
 storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
