@@ -176,6 +176,7 @@ def test_the_choice_is_recorded_and_reused(tuned, tmp_path, prompts, monkeypatch
     assert len(walks) == len(first.decoder.kernels) * len(native.ORDERS) * len(tuning.PREFETCH_BYTES)
     assert all(c["step_ms"] > 0 for c in record["candidates"]) and record["rows"][0]["rows"] == 1
     assert first.decoder.packed.small_batch_rows == record["winner"]["small_batch_rows"]
+    assert first.decoder.slots == 2  # the probes' 16 cache rows were dropped: the engine holds what it asked for
 
     monkeypatch.setattr(tuning, "time_plans", lambda decoder: pytest.fail("the second engine timed the plans again"))
     second = build_engine("engine", tuned, max_concurrency=2)

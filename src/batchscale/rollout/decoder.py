@@ -132,6 +132,11 @@ class SlotDecoder:
             cos, sin = self.body.rotary_emb(dummy, positions)  # (1, length, head_dim), the model's own RoPE
             self.cos, self.sin = cos[0], sin[0]
 
+    def drop_cache(self) -> None:
+        """Free the cache (the next reserve allocates what it asks for): after tuning.py's probes, so their 16 rows
+        do not stay with a decoder that decodes one sequence at a time."""
+        self.keys, self.values, self.slots, self.length = [], [], 0, 0
+
     def move_row(self, src: int, dst: int, length: int) -> None:
         """Copy one sequence's cache (its first `length` positions) from row src to row dst."""
         for cache in (*self.keys, *self.values):

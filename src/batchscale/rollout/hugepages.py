@@ -44,6 +44,15 @@ class HugePageArena:
         self.end, self.size = self.start, size
         self.map.madvise(mmap.MADV_HUGEPAGE, self.start, size)  # before any page is touched
 
+    def reuse(self, nbytes: int) -> bool:
+        """Whether `nbytes` fit from the start again; if so, the next `take` overwrites the arena from its start (the
+        tensors taken before share its memory: their values change with it). A re-pack of the same model reuses its
+        arena, so it pays the page faults of 2 MiB pages once, not at every policy update."""
+        if nbytes > self.size:
+            return False
+        self.end = self.start
+        return True
+
     @staticmethod
     def available() -> bool:
         return hasattr(mmap, "MADV_HUGEPAGE") and thp_mode() in ("always", "madvise")

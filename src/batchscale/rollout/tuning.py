@@ -200,6 +200,13 @@ def time_plans(decoder) -> dict:
     """Time the candidates (the module docstring's stages a-c); returns the record to cache, with the winner as
     `winner` (JSON) and `winner_plan` (a DecodePlan)."""
     started = time.perf_counter()
+    try:
+        return _time_stages(decoder, started)
+    finally:
+        decoder.drop_cache()
+
+
+def _time_stages(decoder, started: float) -> dict:
     packed, layer_count = decoder.packed, probe_layers(decoder)
 
     def probe(kernel: str, walk: KernelPlan, batch: int, small: bool = True):

@@ -224,18 +224,6 @@ def _onednn_matrices(layers: list[LayerWeights], lm_head: torch.Tensor) -> Matri
     return Matrices(packed, onednn_pack(lm_head), None, onednn_linear)
 
 
-def _into_huge_pages(layers: list[LayerWeights], head: torch.Tensor,
-                     wanted: bool = True) -> tuple[list[LayerWeights], torch.Tensor, int]:
-    """The four matrices of every layer and the head copied into one huge-page arena (hugepages.py), and the bytes the
-    OS backs with huge pages; unchanged (0 bytes) where the OS has none to give, or not `wanted`."""
-    if not (wanted and HugePageArena.available()):
-        return layers, head, 0
-    matrices = [getattr(w, name) for w in layers for name in MATRIX_NAMES] + [head]
-    arena = HugePageArena(arena_bytes(matrices))
-    moved = [replace(w, **{name: arena.take(getattr(w, name)) for name in MATRIX_NAMES}) for w in layers]
-    return moved, arena.take(head), arena.huge_bytes()
-
-
 MATRIX_NAMES = ("qkv", "o", "gate_up", "down")
 
 
@@ -255,7 +243,30 @@ class PackedWeights:
         self.small_batch: Matrices | None = None
         self.gemm: Matrices | None = None
         self.huge_pages = True  # whether the kernel's matrices go to huge pages (False: to compare, engine_variants.py)
+        self.arena: HugePageArena | None = None  # where they live, reused by every re-pack
         self.huge_page_bytes = 0
+
+    def _arena_for(self, layers: list[LayerWeights], head: torch.Tensor) -> HugePageArena | None:
+        """The arena for the kernel's matrices (the previous pack's where they fit: it holds nothing else), or None
+        where huge pages are not wanted or the OS has none to give."""
+        if not (self.huge_pages and HugePageArena.available()):
+            return None
+        nbytes = arena_bytes([getattr(w, name) for w in layers for name in MATRIX_NAMES] + [head])
+        if self.arena is None or not self.arena.reuse(nbytes):
+            self.arena = None  # the old one goes with the old pack's tensors
+            self.arena = HugePageArena(nbytes)
+        return self.arena
+
+    def _place(self, layers: list[LayerWeights], head: torch.Tensor) -> tuple[list[LayerWeights], torch.Tensor]:
+        """The kernel's matrices, in huge pages where the OS gives them."""
+        arena = self._arena_for(layers, head)
+        if arena is None:
+            self.huge_page_bytes = 0
+            return layers, head
+        layers = [replace(w, **{name: arena.take(getattr(w, name)) for name in MATRIX_NAMES}) for w in layers]
+        head = arena.take(head)
+        self.huge_page_bytes = arena.huge_bytes()
+        return layers, head
 
     def kernel_linear(self) -> Callable:
         """The kernel's linear, walking the weights as `walk` says."""
@@ -286,16 +297,13 @@ class PackedWeights:
                 head = model.lm_head.weight
                 tied = head.data_ptr() == body.embed_tokens.weight.data_ptr()
                 self.lm_head = self.embed if tied else _cast(head, dtype)
-                self.huge_page_bytes = 0
                 if self.kernel == "avx2":  # bf16 copies of the matrices for the float32 decode of a bf16 model
-                    layers, small_head, self.huge_page_bytes = _into_huge_pages(
-                        [pack_matrices(layer, packed, torch.bfloat16)
-                         for layer, packed in zip(body.layers, self.layers)], _cast(head, torch.bfloat16),
-                        self.huge_pages)
+                    layers, small_head = self._place([pack_matrices(layer, packed, torch.bfloat16)
+                                                      for layer, packed in zip(body.layers, self.layers)],
+                                                     _cast(head, torch.bfloat16))
                     self.small_batch = Matrices(layers, small_head, self.small_batch_rows, self.kernel_linear())
                 elif self.kernel:  # the kernel reads the main pack's matrices: they move to huge pages
-                    self.layers, small_head, self.huge_page_bytes = _into_huge_pages(self.layers, self.lm_head,
-                                                                                     self.huge_pages)
+                    self.layers, small_head = self._place(self.layers, self.lm_head)
                     self.embed = small_head if tied else self.embed
                     self.lm_head = small_head
                     self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows,
