@@ -11,8 +11,8 @@ small steps run the fused kernels (decoder.SlotDecoder.fused) calls `choose_plan
    shapes and dtypes and the candidate sets. A file that is unreadable, of another schema or another key, or whose
    winner is not a valid plan here, is ignored with a warning and the plans are timed again;
 2. else times the candidates on the model's first layers (at least PROBE_BYTES of their matrices, so they stream from
-   memory as a whole step's do), in ROUNDS round-robin rounds after a warm-up round, the median per candidate, in
-   three stages:
+   memory as a whole step's do), in ROUNDS round-robin rounds after a warm-up round, the fastest round per candidate
+   (load from other processes only ever adds time, so the minimum is the least disturbed), in three stages:
    a. each kernel allowed here x walk order ("tiles", "rows") x prefetch distance (PREFETCH_BYTES), one sequence;
    b. the winner on one thread, where torch has more than one;
    c. the most sequences a step may hold to use the kernel's one-call layers: ROW_COUNTS in turn, as long as they
@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -51,7 +50,7 @@ SCHEMA = "batchscale.decode_plan/1"
 TUNING_ENV = "BATCHSCALE_DECODE_TUNING"
 TUNING_MODES = ("auto", "off", "retime")
 PREFETCH_BYTES = (0, 4096)  # none, or about one column tile ahead (what the AVX2 kernels needed on Sapphire Rapids)
-ROW_COUNTS = (1, 2, 4, 8, 16)
+ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 PROBE_BYTES = 64 << 20  # twice the largest last-level cache of the machines measured: the probe reads memory
 ROUNDS = 3
 MAX_FILE_BYTES = 1 << 20
@@ -184,8 +183,8 @@ def probe_layers(decoder) -> int:
 
 
 def _round_robin(runs: list, rounds: int = ROUNDS) -> list[float]:
-    """Median seconds of each of `runs` (callables), timed in turn `rounds` times after one warm-up round, so load
-    from other processes falls on all of them alike."""
+    """The fastest seconds of each of `runs` (callables), timed in turn `rounds` times after one warm-up round, so
+    load from other processes falls on all of them alike."""
     times = [[] for _ in runs]
     for round_index in range(rounds + 1):
         for run, spent in zip(runs, times):
@@ -193,7 +192,7 @@ def _round_robin(runs: list, rounds: int = ROUNDS) -> list[float]:
             run()
             if round_index:
                 spent.append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+    return [min(t) for t in times]
 
 
 def time_plans(decoder) -> dict:
@@ -238,6 +237,6 @@ def _time_stages(decoder, started: float) -> dict:
     plan = DecodePlan(kernel, walk, rows)
     packed.use(kernel, walk, rows)
     return {"winner": plan.to_json(), "winner_plan": plan, "candidates": candidates, "rows": row_ms,
-            "probe": {"layers": layer_count, "lm_head": False, "rounds": ROUNDS, "statistic": "median"},
+            "probe": {"layers": layer_count, "lm_head": False, "rounds": ROUNDS, "statistic": "min"},
             "huge_page_bytes": packed.huge_page_bytes, "tuning_s": round(time.perf_counter() - started, 3),
             "timed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
