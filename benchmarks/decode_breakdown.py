@@ -38,7 +38,7 @@ from batchscale.rollout import engine as engine_module
 from batchscale.rollout.base import SamplingParams
 from batchscale.rollout.sampling import sample_tokens
 from batchscale.systems.hardware import measure_cpu
-from batchscale.systems.profile_generation import build_workload
+from batchscale.profile.generation import build_workload
 from batchscale.tasks import build_task
 
 

@@ -58,7 +58,7 @@ from batchscale.cpu import capability_override, kernel_flags
 from batchscale.policy.load import load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
-from batchscale.systems.profile_generation import build_workload
+from batchscale.profile.generation import build_workload
 from batchscale.tasks import build_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPORT_NAMES = {"pyyaml": "yaml"}  # distribution -> module, where they differ
-STAGE_MODULES = ["batchscale.cli", "batchscale.systems.profile_generation", "batchscale.systems.profile_training",
+STAGE_MODULES = ["batchscale.cli", "batchscale.profile.generation", "batchscale.profile.training",
                  "batchscale.train.loop", "batchscale.sweep.runner", "batchscale.analysis.analyze",
                  "batchscale.plan.make"]
 

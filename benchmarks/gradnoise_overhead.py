@@ -1,10 +1,11 @@
 """What the online gradient noise scale costs in the actor update (issue 16: at most 5% of `time/train`).
 
-Variants of one GRPO update (`train.actor.accumulate_policy_gradient` then `train.update_schedule.clip_and_step`),
-alternated in one run so load from other processes hits all alike; medians of --repeats:
-- `no estimate`: the micro-batches in chunks of whole prompt groups, no chunk norms taken;
+Variants of one GRPO update (`train.actor.Actor.update`, the trainer's), alternated in one run so load from other
+processes hits all alike; medians of --repeats:
+- `no estimate`: the micro-batches in chunks of whole prompt groups, no chunk norms taken (`ChunkNorms.chunk` and
+  `noise_terms` patched out);
 - `estimate`: the same chunks with `train.chunk_norms.ChunkNorms` (set aside .grad, one squared norm and one add
-  per chunk, the estimators after clip_and_step): what the trainer runs;
+  per chunk, the estimators after the step): what the trainer runs;
 - `one pass`: (only when micro-batch = the whole update) the update as one micro-batch, as before issue 16, which the
   estimate splits into two half-batches.
 The batch is a real rollout of the policy (benchmarks/training_step.py's `rollout_batch`). On a loaded machine the A/B
@@ -20,7 +21,7 @@ import argparse
 import json
 import statistics
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from unittest import mock
 
@@ -28,25 +29,25 @@ import torch
 
 from training_step import TASK, rollout_batch
 
-from batchscale.config import ModelConfig, OptimConfig
+from batchscale.config import ModelConfig
 from batchscale.policy.load import load_policy
+from batchscale.profile.training import profiled_actor
 from batchscale.tasks import build_task
-from batchscale.telemetry import chunk_norms as chunk_module
-from batchscale.train.actor import accumulate_policy_gradient
-from batchscale.train.optimizer import build_optimizer
-from batchscale.train.update_schedule import clip_and_step
+from batchscale.train import update as update_module
+from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.micro_batches import iter_gradient_chunks
 
 
-def timed_update(model, optimizer, batch, advantages, micro_batch_size, samples_per_prompt, variant) -> float:
-    norms = chunk_module.ChunkNorms(model.parameters()) if variant == "estimate" else None
+def timed_update(learner, batch, advantages, variant) -> float:
     one_chunk = lambda batch, micro, group, sort: iter([[torch.arange(len(batch))]])  # noqa: E731
-    with mock.patch.object(chunk_module, "iter_gradient_chunks", one_chunk) if variant == "one pass" else nullcontext():
+    patches = {"no estimate": [mock.patch.object(ChunkNorms, "chunk", lambda self, samples, scale: nullcontext()),
+                               mock.patch.object(ChunkNorms, "noise_terms", lambda self, *args, **kwargs: {})],
+               "one pass": [mock.patch.object(update_module, "iter_gradient_chunks", one_chunk)]}.get(variant, [])
+    with ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
         start = time.perf_counter()
-        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, 0.2,
-                                   samples_per_prompt=samples_per_prompt, chunk_norms=norms)
-        grad_norm = clip_and_step(model, optimizer, 1.0)
-        if norms is not None:
-            norms.noise_terms(grad_norm, len(batch))
+        learner.update(batch, advantages)
         return time.perf_counter() - start
 
 
@@ -79,19 +80,19 @@ def main() -> None:
     policy = load_policy(ModelConfig(name=args.model), TASK, log=lambda s: None)
     batch, advantages, _ = rollout_batch(policy, build_task(TASK), args.prompts, args.samples_per_prompt,
                                          args.max_new_tokens, seed=0)
-    optimizer = build_optimizer(policy.model.parameters(), OptimConfig(lr=1e-7), lr=1e-7)
     rows = []
     for micro in (int(m) for m in args.micro_batch_sizes.split(",")):
+        learner = profiled_actor(policy, len(batch), micro, torch.float32, args.samples_per_prompt)
+        learner.optimizer.param_groups[0]["lr"] = 1e-7  # the weights, so the work, stay the same from repeat to repeat
         variants = ["no estimate", "estimate"] + (["one pass"] if micro >= len(batch) else [])
         times = {v: [] for v in variants}
         for v in variants:  # warm-up
-            timed_update(policy.model, optimizer, batch, advantages, micro, args.samples_per_prompt, v)
+            timed_update(learner, batch, advantages, v)
         for _ in range(args.repeats):
             for v in variants:
-                times[v].append(timed_update(policy.model, optimizer, batch, advantages, micro,
-                                             args.samples_per_prompt, v))
+                times[v].append(timed_update(learner, batch, advantages, v))
         medians = {v: statistics.median(t) for v, t in times.items()}
-        chunks = len(list(chunk_module.iter_gradient_chunks(batch, micro, args.samples_per_prompt)))
+        chunks = len(list(iter_gradient_chunks(batch, micro, args.samples_per_prompt)))
         bookkeeping_s = time_bookkeeping(policy.model, chunks, args.repeats)
         row = {"micro_batch_size": micro, "chunks": chunks, "median_s": medians,
                "overhead_vs_no_estimate": medians["estimate"] / medians["no estimate"] - 1,

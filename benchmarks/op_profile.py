@@ -3,7 +3,7 @@
 - `generate`: one call of the engine over --rows sequences of the arithmetic task (G = 8 per prompt, temperature 1,
   --max-new-tokens), after a warm-up call; the native kernels show up as the Python functions that call them, so the
   table is also given by Python function (cProfile).
-- `update`: one GRPO gradient pass (`train.actor.accumulate_policy_gradient`, forward and backward, micro-batch =
+- `update`: one GRPO update (`train.actor.Actor.update`: forward, backward, clip and AdamW step; micro-batch =
   --rows) over `profile training`'s batch of --rows sequences, in --compute-dtype arithmetic, after a warm-up pass.
 
     .venv/bin/python benchmarks/op_profile.py generate --model smollm2-135m --dtype bfloat16 --rows 256
@@ -39,16 +39,15 @@ def generate_call(args):
 
 
 def update_call(args):
-    from batchscale.systems import profile_training as training
-    from batchscale.train.actor import accumulate_policy_gradient
+    from batchscale.profile import training
 
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.compute_dtype]
     policy, task, device = training.load_profiled_policy(ModelConfig(name=args.model, dtype="float32"), "cpu",
                                                          lambda m: None)
     batch = training.build_batch(policy, task, args.rows, 0, device)
     advantages = torch.randn(args.rows, 1, generator=torch.Generator().manual_seed(0)) * batch.response_mask
-    return lambda: accumulate_policy_gradient(policy.model, batch, advantages, args.rows, clip_eps=0.2,
-                                              compute_dtype=dtype)
+    actor = training.profiled_actor(policy, args.rows, args.rows, dtype)
+    return lambda: actor.update(batch, advantages)
 
 
 def main() -> None:

@@ -8,8 +8,9 @@ The variants (alternated in one run, so load from other processes hits all alike
 - `response head + sorted`;
 - `response head + shared prompts`: a group's prompt computed once per micro-batch (`shared_prompts`);
 - `all three` (what batchscale does now).
-Each update is `train.actor.accumulate_policy_gradient` (forward, clipped surrogate, backward per micro-batch) then
-`train.update_schedule.clip_and_step` (clip, AdamW step), in --compute-dtype arithmetic.
+Each update is `train.actor.Actor.update`, the trainer's (two gradient chunks of micro-batches: forward, clipped
+surrogate, backward; then clip and an AdamW step), in --compute-dtype arithmetic. Before issue 40 it was the gradient
+accumulation alone, without the chunk norms of the gradient noise scale.
 
 The batch is a real rollout: P prompts of the arithmetic task in the model's chat format, G responses each sampled by
 the engine (temperature 1, up to --max-new-tokens) from the policy itself, so response lengths vary as they do in
@@ -31,18 +32,17 @@ import numpy as np
 import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
-from batchscale.config import ModelConfig, OptimConfig, TaskConfig
+from batchscale.config import ModelConfig, TaskConfig
 from batchscale.policy import forward
 from batchscale.policy.load import load_policy
 from batchscale.policy.sequences import collate
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
+from batchscale.profile.training import profiled_actor
 from batchscale.tasks import build_task
 from batchscale.train import actor
 from batchscale.train.micro_batches import iter_gradient_chunks
-from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import resolve_training_dtype
-from batchscale.train.update_schedule import clip_and_step
 
 TASK = TaskConfig(digits=1, template="What is {a} {op} {b}? Reply with the number only.", reward="last_integer_match",
                   eval_size=6)  # examples/smollm2-grpo.toml's task
@@ -85,22 +85,21 @@ def rollout_batch(policy, task, prompts_per_step: int, samples_per_prompt: int, 
     return batch, advantages, [len(r) for r in rollouts.response_ids]
 
 
-def timed_update(model, optimizer, batch, advantages, micro_batch_size, compute_dtype, variant) -> float:
+def timed_update(learner, batch, advantages, variant) -> float:
     response_head, sort, share = VARIANTS[variant]
     logprobs = actor.token_logprobs if response_head else full_head_logprobs
     hidden_states = forward.response_hidden_states if share else plain_hidden_states
+    learner.sort_by_length = sort
     with mock.patch.object(actor, "token_logprobs", logprobs), \
             mock.patch.object(forward, "response_hidden_states", hidden_states):
         start = time.perf_counter()
-        actor.accumulate_policy_gradient(model, batch, advantages, micro_batch_size, 0.2, compute_dtype=compute_dtype,
-                                         sort_by_length=sort)
-        clip_and_step(model, optimizer, 1.0)
+        learner.update(batch, advantages)
         return time.perf_counter() - start
 
 
-def computed_positions(batch, micro_batch_size: int, sort: bool) -> int:
+def computed_positions(batch, micro_batch_size: int, samples_per_prompt: int, sort: bool) -> int:
     return sum(batch.select(rows)[0].input_ids.numel()
-               for chunk in iter_gradient_chunks(batch, micro_batch_size, 1, sort) for rows in chunk)
+               for chunk in iter_gradient_chunks(batch, micro_batch_size, samples_per_prompt, sort) for rows in chunk)
 
 
 def main() -> None:
@@ -121,7 +120,9 @@ def main() -> None:
     policy = load_policy(ModelConfig(name=args.model, chat_template=args.chat_template), TASK, log=lambda s: None)
     task = build_task(TASK)
     compute_dtype = resolve_training_dtype(args.compute_dtype, policy.model.dtype, "cpu")
-    optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), 1e-7)
+    learner = profiled_actor(policy, args.prompts_per_step * args.samples_per_prompt, args.micro_batch_size,
+                             compute_dtype, args.samples_per_prompt)
+    learner.optimizer.param_groups[0]["lr"] = 1e-7  # the weights, so the work, stay the same from repeat to repeat
     rows = []
     for max_new_tokens in [int(x) for x in args.max_new_tokens.split(",")]:
         batch, advantages, lengths = rollout_batch(policy, task, args.prompts_per_step, args.samples_per_prompt,
@@ -129,15 +130,15 @@ def main() -> None:
         times = {variant: [] for variant in VARIANTS}
         for repeat in range(args.repeats + 1):  # the first round warms up every variant and is dropped
             for variant in VARIANTS:
-                seconds = timed_update(policy.model, optimizer, batch, advantages, args.micro_batch_size,
-                                       compute_dtype, variant)
+                seconds = timed_update(learner, batch, advantages, variant)
                 if repeat:
                     times[variant].append(seconds)
         base = statistics.median(times["before"])
         row = {"max_new_tokens": max_new_tokens, "response_lengths": lengths,
                "tokens": int(batch.attention_mask.sum()), "response_tokens": int(batch.response_mask.sum()),
-               "computed_positions": {"batch order": computed_positions(batch, args.micro_batch_size, False),
-                                      "sorted": computed_positions(batch, args.micro_batch_size, True)},
+               "computed_positions": {
+                   order: computed_positions(batch, args.micro_batch_size, args.samples_per_prompt, sort)
+                   for order, sort in (("batch order", False), ("sorted", True))},
                "seconds": {v: statistics.median(t) for v, t in times.items()}, "seconds_repeats": times}
         row["speedup"] = {v: base / s for v, s in row["seconds"].items()}
         rows.append(row)

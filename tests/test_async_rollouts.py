@@ -20,7 +20,7 @@ from batchscale.config import load_config
 from batchscale.errors import UserError
 from batchscale.policy.forward import token_logprobs
 from batchscale.policy.sequences import collate
-from batchscale.train.async_generator import admission_limit
+from batchscale.train.async_generator import FinishedGroup, admission_limit
 from batchscale.train.async_rollouts import AsyncRollouts
 from batchscale.train.loop import train
 from batchscale.train.rollout_source import open_rollout_source
@@ -65,9 +65,11 @@ def test_max_staleness_zero_reproduces_the_synchronous_records(random_model_dir,
     steps = [r for r in streamed if r["kind"] == "step"]
     assert all(r["async/staleness_max"] == 0 and r["async/partial_frac"] == 0 and r["async/dropped_groups"] == 0
                and r["async/is_weight_mean"] == pytest.approx(1.0) for r in steps)
-    for key in ("time/wait_for_samples", "time/generator_idle", "time/generate", "async/buffer_size",
-                "async/staleness_mean", "rollout/active_mean"):
+    for key in ("time/wait_for_samples", "time/generator_idle", "time/generate", "time/sync_weights",
+                "async/buffer_size", "async/staleness_mean", "rollout/active_mean"):
         assert key in steps[0]
+    assert all(r["time/sync_weights"] > 0 and r["time/train"] + r["time/sync_weights"] <= r["time/step"] for r in steps)
+    assert not any("time/sync_weights" in r for r in sync)  # the synchronous engine reads the model's own weights
     run = json.loads((tmp_path / "async" / "run.json").read_text())
     assert (run["rollout_mode"], run["generation_batch"], run["max_staleness"]) == ("async", 12, 0)
     assert run["label"] == "grpo-P4-G3-sqrt-async-k0"
@@ -126,7 +128,8 @@ def test_the_stream_never_splits_groups_never_reuses_samples_bounds_staleness_an
                         p.add_(0.05 * torch.randn(p.shape, generator=generator))
                 snapshots[step] = {name: p.detach().clone() for name, p in model.named_parameters()}
                 source.publish(model)
-            buffered = [g["group_id"] for g in source.buffer]
+            assert all(type(g) is FinishedGroup for g in source.buffer)  # typed across the process boundary
+            buffered = [g.group_id for g in source.buffer]
             dropped = source.dropped_ids
     finally:
         state.task.close()

@@ -67,7 +67,7 @@ def captured(monkeypatch):
         seen.append([p.config for p in points])
         return {"runs": 0, "sweep_dir": "x", "skipped": 0}
 
-    monkeypatch.setattr("batchscale.train.progress.train_with_progress", fake_train)
+    monkeypatch.setattr("batchscale.train.run_progress.train_with_progress", fake_train)
     monkeypatch.setattr("batchscale.sweep.driver.run_sweep", fake_sweep)
     return seen
 

@@ -159,3 +159,18 @@ def test_import_console_benchmark_runs():
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["rows"]
     assert [r["steps"] > 0 for r in rows] == [True, True] and rows[1]["size_mb"] > rows[0]["size_mb"]
+
+
+@pytest.mark.slow  # imports reasoning-gym and loads a model in a subprocess
+def test_task_probe_runs(tmp_path, random_model_dir):
+    out, kept = tmp_path / "probe.json", tmp_path / "kept.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "probe_task.py"), "--model", str(random_model_dir), "--no-chat-template",
+         "--candidates", "add1,rg-chain", "--prompts", "4", "--samples-per-prompt", "2", "--max-new-tokens", "3",
+         "--json", str(out), "--save-samples", str(kept), "--samples-kept", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["candidate"] for r in rows] == ["add1", "rg-chain"] and all(r["prompts"] == 4 for r in rows)
+    assert all(r["greedy_low"] <= r["greedy"] <= r["greedy_high"] for r in rows)
+    assert [k["candidate"] for k in json.loads(kept.read_text())] == ["add1", "rg-chain"]

@@ -27,6 +27,22 @@ def test_lr_scaling_rules(rule, exponent):
     assert plan.lr_exponent == exponent
 
 
+@pytest.mark.parametrize("rule, exponent", [("sqrt", 0.5), ("linear", 1.0), ("none", 0.0), (0.25, 0.25), (1, 1.0)])
+def test_every_lr_rule_the_config_writes_reads_back_as_its_exponent(rule, exponent):
+    """One table of rule names: run.json's lr_rule (the plan's display name) is read back by analysis and accepted by
+    `import --lr-rule` as the same exponent."""
+    from batchscale.analysis.analyze import is_default_lr_rule, normalize_lr_rule
+    from batchscale.ingest.importer import check_lr_rule
+
+    plan = derive_plan(load_config(None, [f"optim.lr_rule={rule}"]))
+    assert normalize_lr_rule(plan.lr_rule) == plan.lr_exponent == exponent
+    check_lr_rule(plan.lr_rule)
+    assert is_default_lr_rule(plan.lr_rule) == (exponent == 0.5)
+    assert normalize_lr_rule("unknown") == "unknown"
+    with pytest.raises(UserError, match="--lr-rule"):
+        check_lr_rule("cosine")
+
+
 def test_sqrt_rule_doubles_batch_times_sqrt2():
     assert scale_lr(1e-4, 256, 128, 0.5) == pytest.approx(1e-4 * 2**0.5)
     assert scale_lr(3e-4, 128, 128, 0.5) == pytest.approx(3e-4)
@@ -105,3 +121,27 @@ def test_an_inline_table_merges_into_nested_sections_and_replaces_a_table_value(
     merged = apply_overrides(data, ["run={budget_samples=1024}", "task={eval_size=4, params={b=2}}"])
     assert merged == {"run": {"out_dir": "runs/x", "seed": 3, "budget_samples": 1024},
                       "task": {"eval_size": 4, "params": {"b": 2}}}
+
+
+def test_every_caller_gets_the_algorithms_group_rule(tmp_path):
+    """check_combinations reads GRPO's G >= 2 from the config itself: the sweep's worker (sweep.runner.run_point) and a
+    racing sweep's extra seeds (sweep.adaptive.point_for_seed) validated the raw dict without it before (issue 40)."""
+    from batchscale.config import Config, validate_config
+    from batchscale.sweep.adaptive import point_for_seed
+    from batchscale.sweep.runner import run_point
+    from batchscale.sweep.spec import Point
+
+    data = {"batch": {"prompts_per_step": 4, "samples_per_prompt": 1, "micro_batch_size": 4}}
+    unchecked = Config.model_validate(data)  # the schema alone: no rule across fields
+    rule = "grpo needs at least 2 responses per prompt"
+    with pytest.raises(UserError, match=rule) as info:
+        validate_config(data)
+    assert info.value.field == "batch.samples_per_prompt"
+    with pytest.raises(UserError, match=rule):
+        run_point(unchecked.model_dump(mode="json"), str(tmp_path / "staging"), "p", threads=1)
+    assert not (tmp_path / "staging").exists()
+    with pytest.raises(UserError, match=rule):
+        point_for_seed(Point("p", "p", 0, unchecked, derive_plan(unchecked)), seed=1)
+    assert validate_config({**data, "algorithm": {"name": "ppo"}}).batch.samples_per_prompt == 1  # its critic suffices
+    with pytest.raises(UserError, match="unknown algorithm 'dpo'"):
+        validate_config({"algorithm": {"name": "dpo"}})

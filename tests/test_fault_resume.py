@@ -22,7 +22,7 @@ import pytest
 from test_resume import timeless
 from test_trainer import read_records, small_config
 
-from batchscale.config import resolved_config
+from batchscale.config import derive_plan, resolved_config
 from batchscale.rundir.checkpoint import CheckpointProblem, checkpoint_steps, read_checkpoint
 from batchscale.train.loop import train
 from batchscale.train.resume import resume_config
@@ -73,7 +73,7 @@ def reference(random_model_dir, tmp_path_factory):
 
 def start_child(cfg, out: Path, kill: str | None, tmp_path: Path) -> subprocess.Popen:
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(resolved_config(cfg)))
+    config.write_text(json.dumps(resolved_config(cfg, derive_plan(cfg))))
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("BATCHSCALE_TEST_KILL", None)
     if kill:

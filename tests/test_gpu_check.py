@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from batchscale.rundir import write_document
-from batchscale.systems.profile_generation import profile_generation
-from batchscale.systems.profile_training import profile_training
+from batchscale.profile.generation import profile_generation
+from batchscale.profile.training import profile_training
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

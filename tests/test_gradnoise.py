@@ -8,6 +8,8 @@ With prompt groups, the G samples of a group share a latent part of x, so only w
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,8 @@ import torch
 from batchscale.policy.sequences import SequenceBatch
 from batchscale.telemetry.gradnoise import (NoiseScaleEMA, estimate_noise_terms, estimate_weighted_noise_terms,
                                             predict_samples_penalty, summarize_noise_scale)
-from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.train.chunk_norms import ChunkNorms
+from batchscale.train.micro_batches import iter_gradient_chunks
 
 DIM, NOISE_SD = 10, 1.0
 TRUE_GRAD_SQ = 1.0  # |delta|^2
@@ -33,10 +36,14 @@ def regression_step(model, generator, rows, micro_batch_size, group=1, group_sha
     latent = torch.randn(rows // group, DIM, generator=generator).repeat_interleave(group, dim=0)  # (N, d)
     x = (group_share ** 0.5) * latent + ((1 - group_share) ** 0.5) * torch.randn(rows, DIM, generator=generator)
     y = x @ model.target + NOISE_SD * torch.randn(rows, generator=generator)  # (N,)
-    for mb in iter_chunked_micro_batches(flat_batch(rows), micro_batch_size, group, True, "sequence-mean",
-                                         chunk_norms):
-        loss = 0.5 * ((model(x[mb]).squeeze(-1) - y[mb]) ** 2).sum() / rows  # the micro-batch's share of the mean
-        loss.backward()
+    for chunk in iter_gradient_chunks(flat_batch(rows), micro_batch_size, group):  # as train.update runs them
+        chunk_rows = torch.cat(chunk)
+        # sequence-mean: the chunk's share of the loss weights is its rows / all rows
+        share = torch.tensor(len(chunk_rows) / rows)
+        with chunk_norms.chunk(share) if chunk_norms else contextlib.nullcontext():
+            for mb in chunk:
+                loss = 0.5 * ((model(x[mb]).squeeze(-1) - y[mb]) ** 2).sum() / rows  # the micro-batch's share
+                loss.backward()
     return torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
 
 

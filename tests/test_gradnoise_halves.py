@@ -5,7 +5,7 @@ Each step draws an update of P prompt groups of G responses and, for every respo
 DIMS dimensions: G_true + a group's length-class shift (+-delta, the class also setting its responses' length) + a group
 part + a response part + a token part, independent Gaussians. A linear model p whose micro-batch loss is
 sum(token_weights * (p . v)) has exactly these vectors as token gradients, so the update runs through the training code
-itself: `iter_chunked_micro_batches` (the halves drawn from the run's seed and the step, as `train.update_schedule`
+itself: `iter_gradient_chunks` (the halves drawn from the run's seed and the step, as `train.update`
 draws them), `ChunkNorms`, and `noise_terms` (`telemetry.gradnoise.estimate_weighted_noise_terms`), with the losses'
 own weights (`algorithms.losses.token_weights`, token-mean or sequence-mean). The truth, per step, is the update's
 noise given its lengths, V = sum_i (group weight)^2 (s_group^2 + delta^2) + sum_rows (row weight)^2 s_response^2 +
@@ -32,7 +32,7 @@ import torch
 from batchscale.algorithms.losses import loss_normalizer, token_weights
 from batchscale.policy.sequences import SequenceBatch
 from batchscale.telemetry.gradnoise import estimate_noise_terms, ratio_of_means
-from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
+from batchscale.train.chunk_norms import ChunkNorms
 from batchscale.train.micro_batches import derive_halves_seed, iter_gradient_chunks
 
 DIMS = 1024  # a model's gradient has millions; 1024 already concentrates the squared norms (10 ms a step here)
@@ -74,10 +74,13 @@ def update_terms(batch: SequenceBatch, vectors: torch.Tensor, aggregation: str, 
     p = torch.zeros(DIMS, requires_grad=True)
     norms = ChunkNorms([p], derive_halves_seed(seed, step))
     normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
-    for rows in iter_chunked_micro_batches(batch, 64, G, True, aggregation, norms):
-        mb, width = batch.select(rows)
-        weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
-        ((weights[..., None] * vectors[rows, :width]).sum(dim=(0, 1)) @ p).backward()
+    shares = token_weights(batch.response_mask, aggregation, normalizer).sum(dim=1)  # (N,) as train.update weighs
+    for chunk in iter_gradient_chunks(batch, 64, G, True, norms.halves_seed):
+        with norms.chunk(shares[torch.cat(chunk)].sum()):
+            for rows in chunk:
+                mb, width = batch.select(rows)
+                weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
+                ((weights[..., None] * vectors[rows, :width]).sum(dim=(0, 1)) @ p).backward()
     terms = norms.noise_terms(float(p.grad.norm()), len(batch))
     return (terms["gns/grad_sq"], terms["gns/trace_sigma"]), p.grad.detach().clone()
 

@@ -107,7 +107,7 @@ def test_records_without_the_terms_fall_back_on_the_ema_median():
 
 
 def test_the_sweep_fit_recovers_a_known_b_noise_from_measured_rn():
-    from batchscale.analysis.prediction import fit_noise_scale
+    from batchscale.analysis.prediction import fitted_noise_scale
     from batchscale.telemetry.gradnoise import predict_samples_penalty
 
     def config(b, r_n, rule="sqrt"):
@@ -116,9 +116,9 @@ def test_the_sweep_fit_recovers_a_known_b_noise_from_measured_rn():
     truth = 700.0
     configs = {f"P{b}": config(b, predict_samples_penalty(b, 32, truth)) for b in (32, 64, 128, 256)}
     configs["control"] = config(256, 5.0, rule="none")  # another lr rule: not in the fit
-    assert fit_noise_scale(configs, "P32") == pytest.approx(truth, rel=1e-3)
+    assert fitted_noise_scale(configs, "P32") == pytest.approx(truth, rel=1e-3)
     one = {"P32": configs["P32"], "P64": configs["P64"]}  # one label besides the reference: its rN exactly
-    assert fit_noise_scale(one, "P32") == pytest.approx(truth, rel=1e-3)
+    assert fitted_noise_scale(one, "P32") == pytest.approx(truth, rel=1e-3)
     flat = {f"P{b}": config(b, 1.0) for b in (32, 64, 128)}  # rN not growing: B_noise at the range's end
-    assert fit_noise_scale(flat, "P32") is None
-    assert fit_noise_scale({"P32": configs["P32"]}, "P32") is None
+    assert fitted_noise_scale(flat, "P32") is None
+    assert fitted_noise_scale({"P32": configs["P32"]}, "P32") is None

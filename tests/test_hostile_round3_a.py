@@ -395,7 +395,7 @@ def test_error_lines_show_controls_from_input_inert(tmp_path, capsys):
 
 def test_a_first_bare_override_whose_value_holds_a_slash_is_an_override(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr("batchscale.train.progress.train_with_progress",
+    monkeypatch.setattr("batchscale.train.run_progress.train_with_progress",
                         lambda cfg, run_dir, *a, **k: (seen.append(cfg), ({}, run_dir))[1])
     data = tmp_path / "data" / "train.jsonl"
     data.parent.mkdir()

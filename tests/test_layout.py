@@ -1,6 +1,8 @@
 """Structural guards on src/batchscale (DESIGN.md, "Shape of the system"): no two modules, and no two folders, import
 each other, directly or around a cycle (a function-local import is still an import; only imports of torch or another
-third-party package are exempt), no source file over 500 lines, and the C kernels build with -Wall -Werror.
+third-party package are exempt), the reading side (analysis, plan, report, ingest, export, systems) never reaches the
+training side (train, policy, rollout, profile), directly or through another module, no source file over 500 lines,
+and the C kernels build with -Wall -Werror.
 
 The import graph is read from the source with `ast`; nothing here imports or runs batchscale. That the reading side
 never imports torch is tests/test_reading_side.py's job.
@@ -146,6 +148,55 @@ def test_no_import_cycle_between_folders():
         pytest.fail(f"{len(cycles)} import cycle(s) between folders:\n" + "\n".join(describe(c, SRC) for c in cycles))
 
 
+READING_SIDE = ("analysis", "plan", "report", "ingest", "export", "systems")
+TRAINING_SIDE = ("train", "policy", "rollout", "profile")
+
+
+def reaching_paths(graph: dict[str, dict[str, Edge]], sources: tuple[str, ...],
+                   targets: tuple[str, ...]) -> list[list[Edge]]:
+    """For each module in a `sources` folder that reaches a module in a `targets` folder through the import graph
+    (function-local imports included), a shortest chain of imports to the first such module (breadth-first). A
+    folder's modules are its package and every module under it; modules directly under the package are in none."""
+    folders = {m.split(".")[1] for m in graph if m.count(".") >= 2}
+
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in folders else None
+
+    found = []
+    for start in sorted(m for m in graph if folder(m) in sources):
+        came_by: dict[str, Edge] = {}
+        queue = deque([start])
+        while queue:
+            module = queue.popleft()
+            if folder(module) in targets:
+                path = [came_by[module]]
+                while path[0].source != start:
+                    path.insert(0, came_by[path[0].source])
+                found.append(path)
+                break
+            for target, edge in sorted(graph[module].items()):
+                if target not in came_by and target != start:
+                    came_by[target] = edge
+                    queue.append(target)
+    return found
+
+
+def test_the_reading_side_never_reaches_the_training_side():
+    """analysis, plan, report, ingest, export and systems read run directories and profiles: a user analyses a verl
+    run without the model stack, so none of their modules may reach train, policy, rollout or profile."""
+    paths = reaching_paths(import_graph(SRC, PACKAGE), READING_SIDE, TRAINING_SIDE)
+    if paths:
+        pytest.fail(f"{len(paths)} reading-side module(s) reach the training side:\n"
+                    + "\n".join(describe_path(p, SRC) for p in paths))
+
+
+def describe_path(path: list[Edge], root: Path) -> str:
+    """`a -> b -> c` and, under it, where each import is."""
+    return "\n".join([" -> ".join([e.source for e in path] + [path[-1].target])]
+                     + [f"    {e.file.relative_to(root)}:{e.line} imports {e.imported}" for e in path])
+
+
 def write_package(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +234,19 @@ def test_the_folder_graph_sees_a_cycle_the_modules_do_not_have(tmp_path):
     assert find_cycles(graph) == []
     assert [describe(c, tmp_path) for c in find_cycles(folder_graph(graph))] == [
         "pkg.x -> pkg.y -> pkg.x\n    pkg/x/a.py:1 imports pkg.y.b\n    pkg/y/c.py:2 imports pkg.x.d"]
+
+
+def test_the_reach_rule_follows_imports_through_other_folders(tmp_path):
+    """plan reaches train through a function-local import in config (a top-level module); systems imports only
+    errors; a module of train importing plan is the allowed direction."""
+    write_package(tmp_path, {"pkg/__init__.py": "", "pkg/config.py": "def f():\n    import pkg.train.loop\n",
+                             "pkg/errors.py": "", "pkg/plan/__init__.py": "", "pkg/plan/make.py": "import pkg.config\n",
+                             "pkg/systems/__init__.py": "", "pkg/systems/knee.py": "from pkg import errors\n",
+                             "pkg/train/__init__.py": "", "pkg/train/loop.py": "import pkg.plan.make\n"})
+    paths = reaching_paths(import_graph(tmp_path, "pkg"), ("plan", "systems"), ("train",))
+    assert [describe_path(p, tmp_path) for p in paths] == [
+        "pkg.plan.make -> pkg.config -> pkg.train.loop\n    pkg/plan/make.py:1 imports pkg.config\n"
+        "    pkg/config.py:2 imports pkg.train.loop"]
 
 
 def test_no_source_file_over_500_lines():

@@ -1,6 +1,7 @@
 """Micro-batching changes execution only, for PPO's actor and critic: micro_batch_size 1 and the full batch give the same
 gradients, in the single pass and with extra epochs and mini-batches (logp_old and values stored before the update),
-whether micro-batches hold length-sorted rows or rows in batch order."""
+whether micro-batches hold length-sorted rows or rows in batch order. Each update is the trainer's (`Actor.update`,
+`Critic.update`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import copy
 import pytest
 import torch
 
-from rollout_fixtures import policy, rollout  # noqa: F401  (fixtures: 3 prompts x 4 responses, rewards)
+from rollout_fixtures import policy, rollout, update_with_gradients  # noqa: F401  (fixtures: 3 x 4 responses, rewards)
 
 from batchscale.algorithms.advantages import AdvantageInputs, gae_returns, ppo_advantages
-from batchscale.config import derive_plan, load_config
-from batchscale.train.actor import Actor, accumulate_policy_gradient
-from batchscale.train.critic import Critic, accumulate_value_gradient, build_value_model
+from batchscale.config import OptimConfig, derive_plan, load_config
+from batchscale.train.actor import Actor
+from batchscale.train.critic import Critic, build_value_model
 from batchscale.train.optimizer import build_optimizer
 
 LR = 1e-3
@@ -58,7 +59,7 @@ def test_critic_values_do_not_depend_on_micro_batching(policy, critic_model, rol
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "sequence-mean"])
-def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, aggregation):
+def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, aggregation, random_model_dir):
     batch, rewards = rollout
     inputs = inputs_for(critic_model, batch, rewards)
     returns = gae_returns(inputs)
@@ -67,9 +68,9 @@ def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, 
     grads, stats = {}, {}
     for micro, sort in ((1, True), (4, True), (4, False), (12, True)):
         model = copy.deepcopy(critic_model)
-        stats[micro, sort] = accumulate_value_gradient(model, batch, values_old, returns, micro, 0.05, aggregation,
-                                                       sort_by_length=sort)
-        grads[micro, sort] = [p.grad.clone() for p in model.parameters()]
+        critic = Critic(model, build_optimizer(model.parameters(), OptimConfig(), LR),
+                        derive_plan(ppo_config(random_model_dir, micro)), 0.05, None, aggregation, sort_by_length=sort)
+        stats[micro, sort], (grads[micro, sort],) = update_with_gradients(critic, batch, values_old, returns)
     full = (12, True)
     assert 0 < stats[full]["critic/value_clip_frac"] < 1
     for micro in ((1, True), (4, True), (4, False)):
@@ -78,14 +79,16 @@ def test_critic_gradient_micro_batch_1_equals_full_batch(critic_model, rollout, 
             torch.testing.assert_close(g, g_full, rtol=1e-4, atol=1e-5 * float(g_full.abs().max()))
 
 
-def test_actor_gradient_with_ppo_advantages_micro_batch_1_equals_full_batch(policy, critic_model, rollout):
+def test_actor_gradient_with_ppo_advantages_micro_batch_1_equals_full_batch(policy, critic_model, rollout,
+                                                                             random_model_dir):
     batch, rewards = rollout
     advantages = ppo_advantages(inputs_for(critic_model, batch, rewards))
     grads = {}
     for micro, sort in ((1, True), (4, True), (4, False), (12, True)):
         model = copy.deepcopy(policy.model)
-        accumulate_policy_gradient(model, batch, advantages, micro, 0.2, sort_by_length=sort)
-        grads[micro, sort] = [p.grad.clone() for p in model.parameters()]
+        actor = Actor(model, build_optimizer(model.parameters(), OptimConfig(), LR),
+                      derive_plan(ppo_config(random_model_dir, micro)), 0.2, None, "token-mean", sort_by_length=sort)
+        _, (grads[micro, sort],) = update_with_gradients(actor, batch, advantages)
     assert any(g.abs().sum() > 0 for g in grads[12, True])
     for micro in ((1, True), (4, True), (4, False)):
         for g, g_full in zip(grads[micro], grads[12, True]):

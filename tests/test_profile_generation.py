@@ -7,7 +7,7 @@ import json
 import pytest
 
 from batchscale import cli
-from batchscale.systems.options import default_concurrencies
+from batchscale.profile.options import default_concurrencies
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

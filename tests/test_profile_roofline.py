@@ -75,7 +75,7 @@ def test_an_unknown_preset_fails_before_the_model_loads(capsys, command, monkeyp
     def no_compute(*_, **__):
         raise AssertionError("a bad preset must fail before any compute")
 
-    monkeypatch.setattr("batchscale.systems.options.load_profiled_policy", no_compute)
+    monkeypatch.setattr("batchscale.profile.options.load_profiled_policy", no_compute)
     assert cli.main(["profile", command, "--hardware", "TPU-v9"]) == 2
     assert "unknown preset 'TPU-v9'" in capsys.readouterr().err
 

@@ -8,7 +8,8 @@ import pytest
 
 from batchscale import cli
 from batchscale.policy.tokenizer import build_char_tokenizer
-from batchscale.systems import profile_cli, profile_training
+from batchscale.profile import cli as profile_cli
+from batchscale.profile import training as profile_training
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -42,6 +43,24 @@ def test_json_on_a_tiny_run(capsys, random_model_dir):
         assert 0 < row["utilization"] <= 1.5
     assert set(result["fit"]) == {"seconds_fixed", "seconds_per_token", "r2", "tokens_per_s", "flops_per_s_asymptotic",
                                   "utilization_asymptotic"}
+
+
+def test_each_timed_update_is_the_actor_update_a_run_takes(monkeypatch, random_model_dir):
+    """The profile times `Actor.update` (chunks, their norms, clip and step), as a run's `time/train` does, on the plan
+    of the profiled batch: B prompts of one response, micro-batches of --micro-batch-size."""
+    from batchscale.train.actor import Actor
+
+    seen, real_update = [], Actor.update
+
+    def update(actor, batch, advantages, off_policy=None):
+        seen.append((len(batch), actor.plan.samples_per_step, actor.plan.micro_batch_size))
+        return real_update(actor, batch, advantages, off_policy)
+
+    monkeypatch.setattr(Actor, "update", update)
+    monkeypatch.setattr(profile_training, "measure_matmul_rates", lambda *_, **__: [1e9])
+    profile_training.profile_training(str(random_model_dir), batches=[4, 8], micro_batch_size=2, repeats=2,
+                                      compute_dtype="float32", log=lambda _: None)
+    assert seen == [(4, 4, 2)] * 3 + [(8, 8, 2)] * 3  # a warm-up and two timed updates per batch
 
 
 def test_time_grows_with_tokens(capsys, random_model_dir):

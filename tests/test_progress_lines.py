@@ -16,9 +16,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from batchscale import console as console_module
+from batchscale.console import format_duration, long_phase
 from batchscale.sweep.progress import SweepProgress, display_name
-from batchscale.train import progress as train_progress
-from batchscale.train.progress import format_duration, long_phase
+from batchscale.train import run_progress
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -122,7 +123,7 @@ def test_names_read_as_label_and_seed():
 
 PHASE_SCRIPT = """
 import sys, time
-from batchscale.train.progress import long_phase
+from batchscale.console import long_phase
 
 with long_phase("profiling generation", heartbeat_s=0.2) as phase:
     time.sleep(1.0)
@@ -163,7 +164,7 @@ def test_a_failed_phase_says_stopped():
 
 def test_prebuild_wraps_a_build_in_a_phase_that_stays_silent_when_cached(monkeypatch):
     target, out = plain_console()
-    monkeypatch.setattr(train_progress, "console", target)
+    monkeypatch.setattr(console_module, "console", target)
     built = []
 
     def build_tiny(task, log):
@@ -192,7 +193,7 @@ def test_a_single_train_run_in_a_pipe_prints_evals_and_heartbeats(monkeypatch, t
     from batchscale.config import validate_config
 
     target, out = plain_console()
-    monkeypatch.setattr(train_progress, "console", target)
+    monkeypatch.setattr(run_progress, "console", target)
 
     def fake_train(cfg, out_dir, overwrite, on_record, log, resume=False):
         log("grpo-P64-G2-sqrt seed 3: starting")
@@ -204,7 +205,7 @@ def test_a_single_train_run_in_a_pipe_prints_evals_and_heartbeats(monkeypatch, t
     monkeypatch.setitem(sys.modules, "batchscale.train.loop", types.SimpleNamespace(train=fake_train))
     cfg = validate_config({"batch": {"prompts_per_step": 64, "samples_per_prompt": 2},
                            "run": {"budget_samples": 256, "seed": 3}})
-    summary, _ = train_progress.train_with_progress(cfg, tmp_path / "run", heartbeat_s=0.2)
+    summary, _ = run_progress.train_with_progress(cfg, tmp_path / "run", heartbeat_s=0.2)
     assert summary == {"samples": 256}
     lines = out.getvalue().splitlines()
     assert lines[0] == "grpo-P64-G2-sqrt seed 3: starting"

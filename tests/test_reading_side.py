@@ -114,16 +114,17 @@ def test_one_policy_for_a_corrupt_middle_line(damaged_sweep):
 
 
 def test_run_json_records_the_updates_of_a_ppo_step(tmp_path):
-    from batchscale.train.loop import run_descriptor
+    from batchscale.config import derive_plan, run_descriptor
 
     cfg = load_config(None, ["algorithm.name=ppo", "batch.prompts_per_step=16", "batch.samples_per_prompt=2",
                              "batch.micro_batch_size=8", "algorithm.ppo_epochs=2", "algorithm.ppo_mini_batches=2",
                              "rollout.max_concurrency=24"])
-    descriptor = run_descriptor(cfg)
+    descriptor = run_descriptor(cfg, derive_plan(cfg))
     assert descriptor.updates_per_step == 4 and descriptor.samples_per_update == 16 * 2 // 2
     assert descriptor.generation_batch == 32 and descriptor.max_concurrency == 24
     assert descriptor.rollout_mode == "sync" and descriptor.schema_version == 2
-    single = run_descriptor(load_config(None, []))
+    single_cfg = load_config(None, [])
+    single = run_descriptor(single_cfg, derive_plan(single_cfg))
     assert single.updates_per_step == 1 and single.samples_per_update == single.samples_per_step == 128
     json.dumps(descriptor.to_json(), allow_nan=False)
 

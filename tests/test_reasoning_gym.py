@@ -109,9 +109,24 @@ def test_bad_inputs_name_the_field(override, field, says):
 
 @needs_gym
 def test_template_and_run_json_task_name():
-    from batchscale.train.run_facts import run_descriptor
+    from batchscale.config import derive_plan, run_descriptor
 
     task = gym_task("task.template=Q: {question}\nA:")
     assert all(ex.prompt.startswith("Q: ") and ex.prompt.endswith("\nA:") for ex in task.eval_examples())
     cfg = load_config(None, SMALL_SUMS)
-    assert run_descriptor(cfg).task == "reasoning_gym:chain_sum"  # runs of two datasets are two tasks to analyze
+    assert run_descriptor(cfg, derive_plan(cfg)).task == "reasoning_gym:chain_sum"  # runs of two datasets are two tasks to analyze
+
+
+@needs_gym
+def test_an_answer_format_extracts_before_the_datasets_own_scorer():
+    default, sentence = gym_task(), gym_task("task.answer_format=last_number")
+    ex = default.eval_examples()[:1]
+    said = f"Adding the terms gives {int(ex[0].answer):,}."
+    assert default.accuracy([said], ex) == [0.0]  # the whole response is no number for score_answer
+    assert sentence.accuracy([said], ex) == [1.0] and sentence.accuracy(["no idea"], ex) == [0.0]
+    tagged = gym_task("task.answer_format=answer_tag")
+    assert tagged.accuracy([f"<answer>{ex[0].answer}</answer>", ex[0].answer], ex * 2) == [1.0, 0.0]  # tags required
+    with pytest.raises(UserError, match="'last_number' reads a number, but reasoning-gym's 'number_sorting'") as info:
+        build_task(load_config(None, ["task.name=reasoning_gym", "task.dataset=number_sorting", "task.eval_size=2",
+                                      "task.answer_format=last_number"]).task)
+    assert info.value.field == "task.answer_format"

@@ -193,3 +193,33 @@ def test_a_stream_forgets_its_held_prompts_when_the_weights_change(random_policy
     while schedule.in_flight:
         schedule.iterate()
     assert schedule.prefilled == (2 if new_version else 1)
+
+
+def test_a_long_stream_keeps_only_what_is_in_flight(random_policy, prompts):
+    """The asynchronous generator's stream runs as long as the run: after many groups, each released when it ends, it
+    holds no sequence and no per-iteration history, and each group sampled what one synchronous generate call of its
+    prompts samples (issue 40: it kept every uniform, token list and step statistic it ever had)."""
+    from batchscale.rollout.streaming import StreamingSchedule
+
+    engine = build_engine("engine", random_policy, max_concurrency=2)
+    engine.decoder.sync()
+    tok, params = random_policy.tokenizer, SamplingParams(max_new_tokens=4)
+    schedule = StreamingSchedule(engine.decoder, params, tok.eos_token_id, tok.pad_token_id or 0, cap=2)
+    live, groups = [], 40
+    for g in range(groups):
+        ids = [list(tok([prompts[g % len(prompts)]])["input_ids"][0])] * 2
+        torch.manual_seed(g)
+        seqs = list(schedule.extend(ids))
+        while schedule.in_flight:
+            schedule.iterate()
+            live.append(len(schedule.streams))
+        streams = schedule.release(seqs)
+        if g < 3:  # the synchronous engine on the same prompts and seed
+            torch.manual_seed(g)
+            sync = engine.generate([prompts[g % len(prompts)]] * 2, params)
+            assert [s.responses for s in streams] == sync.response_ids
+            assert [s.logprobs for s in streams] == sync.logprobs
+    assert schedule.streams == {} and max(live) <= 2
+    assert not (schedule.queued_per_step or schedule.prefill_batches or schedule.active_per_step
+                or schedule.tokens_per_step)
+    assert schedule.queue_end == 2 * groups

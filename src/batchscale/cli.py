@@ -136,7 +136,7 @@ def train(
 ):
     """Train one configuration to its sample budget and write its run directory."""
     from batchscale.config import load_config
-    from batchscale.train.progress import train_with_progress
+    from batchscale.train.run_progress import train_with_progress
 
     if config is not None and is_override(str(config)) and not config.exists():  # no config file: overrides alone
         config, overrides = None, [str(config), *(overrides or [])]
@@ -238,7 +238,7 @@ from batchscale.plan.predict_cli import predict as _predict; app.command("predic
 from batchscale.analysis.cli import analyze as _analyze; app.command("analyze")(_analyze)  # noqa: E402, E702
 from batchscale.ingest.cli import import_run as _import_run; app.command("import")(_import_run)  # noqa: E402, E702
 from batchscale.report.cli import report as _report; app.command("report")(_report)  # noqa: E402, E702
-from batchscale.systems.profile_cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
+from batchscale.profile.cli import profile_app as _profile; app.add_typer(_profile, name="profile")  # noqa: E402, E702
 from batchscale.export.cli import export_launchers as _export; app.command("export")(_export)  # noqa: E402, E702
 
 

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchscale.console import console, print_plain
 from batchscale.files import resolve_out, write_json_atomic
 from batchscale.rundir.ownership import mark_directory
-from batchscale.train.progress import console, print_plain
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,8 @@ def run_demo(out: Path, quick: bool = False, time_budget_s: float | None = None)
     from batchscale.sweep.race import RaceSettings
     from batchscale.sweep.runner import available_cores, prebuild_models
     from batchscale.sweep.spec import load_sweep_spec
-    from batchscale.systems.profile_generation import profile_generation
-    from batchscale.systems.profile_training import profile_training
+    from batchscale.profile.generation import profile_generation
+    from batchscale.profile.training import profile_training
 
     began = time.perf_counter()
     scale = QUICK if quick else FULL

@@ -24,18 +24,19 @@ import json
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
 from batchscale.analysis.runs import LoadedRun, load_runs
+from batchscale.config import DEFAULT_LR_RULE, LR_RULE_EXPONENTS, read_lr_rule
 from batchscale.errors import DataWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target
 from batchscale.rundir.ownership import (MARKER_FILE, check_may_write_outputs, directory_kind, mark_directory,
                                          read_marker)
 
-DEFAULT_LR_RULE = "sqrt"
 CONFIG_KEYS = ("prompts_per_step", "samples_per_prompt", "samples_per_step", "samples_per_update", "updates_per_step",
                "lr", "lr_rule", "rollout_mode", "max_staleness")
 STALENESS_KEY = "async/staleness_mean"
@@ -110,20 +111,14 @@ def write_temporary(final_path: Path, text: str) -> Path:
     return temporary
 
 
-LR_RULE_EXPONENTS = {"sqrt": 0.5, "linear": 1.0, "none": 0.0, "fixed": 0.0, "constant": 0.0}
-
-
 def normalize_lr_rule(lr_rule) -> float | str | None:
-    """The LR rule as its exponent a (lr ~ B^a) when it names one ("sqrt", "0.5", "a=0.5" -> 0.5), else the text."""
+    """The LR rule as its exponent a (lr ~ B^a) when it names one ("sqrt", "0.5", "a=0.5" -> 0.5; the names are
+    config's, `config.read_lr_rule`), else the text."""
     if lr_rule is None:
         return None
     text = str(lr_rule).strip().lower()
-    if text in LR_RULE_EXPONENTS:
-        return LR_RULE_EXPONENTS[text]
-    try:
-        return float(text.removeprefix("a="))
-    except ValueError:
-        return text
+    exponent = read_lr_rule(text)
+    return text if exponent is None else exponent
 
 
 def is_default_lr_rule(lr_rule) -> bool:
@@ -131,16 +126,32 @@ def is_default_lr_rule(lr_rule) -> bool:
     return normalize_lr_rule(lr_rule) == LR_RULE_EXPONENTS[DEFAULT_LR_RULE]
 
 
-def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
+@dataclass(frozen=True)
+class ReferenceFacts:
+    """What the reference choice reads of a configuration: its runs' run.json, or a sweep point's plan (before any
+    run)."""
+
+    lr_rule: str | None  # as run.json names it: "sqrt", "a=0.5", ...
+    samples_per_step: int
+    rollout_mode: str
+    prompts_per_step: int | None
+
+
+def choose_reference_label(facts: dict[str, ReferenceFacts]) -> str:
     """Smallest samples_per_step among the default-LR-rule labels (all labels when none uses it), a synchronous one
-    before an asynchronous one of the same batch."""
-    candidates = [label for label, runs in by_label.items() if is_default_lr_rule(runs[0].descriptor.lr_rule)]
-    candidates = candidates or list(by_label)
-    return min(
-        candidates,
-        key=lambda label: (by_label[label][0].samples_per_step, by_label[label][0].descriptor.rollout_mode != "sync",
-                           by_label[label][0].descriptor.prompts_per_step or 0, label),
-    )
+    before an asynchronous one of the same batch, then fewer prompts, then the label. Analysis and a racing sweep
+    (sweep.adaptive, before its runs exist) both choose by it."""
+    candidates = [label for label, f in facts.items() if is_default_lr_rule(f.lr_rule)] or list(facts)
+    return min(candidates, key=lambda label: (facts[label].samples_per_step, facts[label].rollout_mode != "sync",
+                                              facts[label].prompts_per_step or 0, label))
+
+
+def choose_reference(by_label: dict[str, list[LoadedRun]]) -> str:
+    """The reference among the labels of loaded runs (`choose_reference_label` on their run.json)."""
+    return choose_reference_label({label: ReferenceFacts(runs[0].descriptor.lr_rule, runs[0].samples_per_step,
+                                                         runs[0].descriptor.rollout_mode,
+                                                         runs[0].descriptor.prompts_per_step)
+                                   for label, runs in by_label.items()})
 
 
 USER_TARGET_RULE = "given by the user (--target)"
@@ -252,7 +263,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
             "time_to_target_realized": measured["realized_mean"],
             "learns": signals[label]["learns"],
             "staleness_mean": mean_of_present([r.get(STALENESS_KEY) for run in runs for r in run.steps]),
-            "stopped": cannot_win_message(runs),
+            "stopped": race_stop_message(runs),
         }
         details["labels"][label] = {
             "lr_rule": runs[0].descriptor.lr_rule,
@@ -283,7 +294,7 @@ def compute_analysis(path: Path, target, reference, smooth_window: int = 1,
     return result, details
 
 
-def cannot_win_message(runs: list[LoadedRun]) -> str | None:
+def race_stop_message(runs: list[LoadedRun]) -> str | None:
     """Why a racing sweep stopped this label's point ("cannot win (T > 41 s at N = 5,120)"), from the first of its
     seeds whose summary says so; None when none was stopped for that reason. A run stopped on reaching the sweep's
     target (reason "target") is read as any other: its N* is where it crossed."""

@@ -48,7 +48,7 @@ def predict_label_penalties(by_label: dict[str, list[LoadedRun]], reference: str
             "lr_rule": rule, "other_rule_labels": others}
 
 
-def fit_noise_scale(configs: dict, reference: str) -> float | None:
+def fitted_noise_scale(configs: dict, reference: str) -> float | None:
     """The B_noise whose rN(B) curve fits the sweep's measured rN best (analysis.noise_fit): the value the one-run
     estimate is checked against. None without a measured rN of another label of the reference's lr rule, or when
     the best fit lies at the search range's end (the measured rN do not grow with B, or grow faster than it can)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from batchscale.rundir import RunDescriptor, summarize_run, write_run
+from batchscale.rundir import RunDescriptor, run_dir_name, summarize_run, sweep_runs_dir, write_run
 from batchscale.rundir.ownership import mark_directory
 
 
@@ -108,12 +108,13 @@ def write_synthetic_sweep(
         lr = base_lr * np.sqrt(prompts / prompts_per_step[0])
         for seed in seeds:
             label = f"p{prompts}_g{samples_per_prompt}_sqrt"
-            write_synthetic_run(sweep_dir / "runs" / f"{label}__s{seed}", label, seed, prompts, samples_per_prompt,
-                                "sqrt", float(lr), **run_kwargs)
+            write_synthetic_run(sweep_runs_dir(sweep_dir) / run_dir_name(label, seed), label, seed, prompts,
+                                samples_per_prompt, "sqrt", float(lr), **run_kwargs)
     if control_prompts_per_step is not None:
         for seed in seeds:
             label = f"p{control_prompts_per_step}_g{samples_per_prompt}_fixed"
-            write_synthetic_run(sweep_dir / "runs" / f"{label}__s{seed}", label, seed, control_prompts_per_step,
-                                samples_per_prompt, "none", base_lr, slowdown=control_slowdown, **run_kwargs)
+            write_synthetic_run(sweep_runs_dir(sweep_dir) / run_dir_name(label, seed), label, seed,
+                                control_prompts_per_step, samples_per_prompt, "none", base_lr,
+                                slowdown=control_slowdown, **run_kwargs)
     mark_directory(sweep_dir, "sweep")
     return sweep_dir

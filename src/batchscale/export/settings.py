@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from batchscale.config import derive_plan
 from batchscale.sweep.spec import Point
 
 
@@ -60,7 +59,7 @@ class PointSettings:
 
 
 def derive_settings(point: Point) -> PointSettings:
-    cfg, plan = point.config, derive_plan(point.config)
+    cfg, plan = point.config, point.plan
     algo = cfg.algorithm
     return PointSettings(
         name=point.name, label=point.label, seed=point.seed, algorithm=algo.name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from batchscale.config import read_lr_rule
 from batchscale.errors import UserError
 from batchscale.ingest.batch_size import resolve_batch
 from batchscale.ingest.common import ParsedLog
@@ -56,7 +57,7 @@ def parse_log(fmt: str, path: Path) -> ParsedLog | list[ParsedLog]:
     return READERS[fmt](path)
 
 
-def load_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
+def attach_framework_config(parsed: ParsedLog, path: Path, config_path: Path | None) -> None:
     """Attach the framework config to `parsed`: the one given with --config, else the one the log printed (verl's
     console), else a verl Hydra config.yaml found beside or above the log (frameworkconfig.find_config_file)."""
     if config_path is not None:
@@ -137,7 +138,7 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
     """(descriptor, records, summary) of one parsed run; every check happens here, before anything is written."""
     check_one_run(str(path), parsed)
     normalize_legacy_verl(parsed)
-    load_config(parsed, path, config_path)
+    attach_framework_config(parsed, path, config_path)
     fields = resolve_batch(parsed, prompts_per_step, samples_per_prompt)
     prompts, group = fields["prompts_per_step"], fields["samples_per_prompt"]
     records, report = build_records(parsed, str(path), prompts * group, prompts, fields.pop("samples_by_step", None))
@@ -166,12 +167,10 @@ def prepare_run(fmt: str, path: Path, parsed: ParsedLog, label: str | None, prom
     return descriptor, records, summarize_run(descriptor, records, finished=None)  # a log cannot say it finished
 
 
-LR_RULE = re.compile(r"^(sqrt|linear|none|a=[-+0-9.eE]+|[-+0-9.eE]+)$")
-
-
 def check_lr_rule(lr_rule: str | None) -> None:
-    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5)."""
-    if lr_rule is not None and not LR_RULE.match(lr_rule):
+    """--lr-rule names the rule of the run's label as batchscale writes it (sqrt, linear, none, a=0.5 or 0.5:
+    `config.read_lr_rule`)."""
+    if lr_rule is not None and read_lr_rule(lr_rule) is None:
         raise UserError("--lr-rule", f"unknown rule {lr_rule!r}", "use sqrt, linear, none or an exponent such as 0.5")
 
 

@@ -121,7 +121,7 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     from rich.text import Text
 
     from batchscale.markup import console_text, inert
-    from batchscale.plan.explain import describe_verdict, format_duration
+    from batchscale.plan.explain import describe_verdict, format_time_to_target
 
     console = Console(width=None if sys.stdout.isatty() else 140)
     table = Table(title=f"Decision: T = N*/q, reference {console_text(str(decision.reference))}")
@@ -141,7 +141,7 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             f"stopped: {m.extra['stopped']}" if m.extra.get("stopped") else n_star,
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
-            format_duration(r.time_to_target_s), format_duration(m.extra.get("time_to_target_realized")),
+            format_time_to_target(r.time_to_target_s), format_time_to_target(m.extra.get("time_to_target_realized")),
             _fmt(r.normalized_time_to_target, "{:.2f}"),
             "yes" if m.feasible else "no",
             style=style,

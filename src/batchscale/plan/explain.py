@@ -131,7 +131,9 @@ def describe_verdict(plan: dict) -> str:
     return f"Unresolved: {plan.get('why_unresolved') or 'no winner'}."
 
 
-def format_duration(seconds: float | None) -> str:
+def format_time_to_target(seconds: float | None) -> str:
+    """A time-to-target cell: 41.0 s, 4.8 min, 1.25 h; "-" when there is none (a console line's durations are
+    console.format_duration's)."""
     if seconds is None:
         return "-"
     if seconds < 120:

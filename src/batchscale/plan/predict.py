@@ -43,7 +43,7 @@ class RooflineInputs:
     mem_util: float = 0.9
 
 
-def parse_batches(text: str | None, reference: int) -> list[int]:
+def parse_candidate_batches(text: str | None, reference: int) -> list[int]:
     """--batches as a comma list of positive integers (samples per step); default B_ref x 1/4 .. 16. The reference
     batch is always among them."""
     if text is None:
@@ -80,7 +80,7 @@ def predict_from_run(run_dir: Path, batches: str | None = None, generation_profi
         raise UserError(f"--predict {run_dir}", "has no timed steps (time/step, time/generate, time/train)",
                         "give a run whose step records carry the phase timers")
     reference = run.samples_per_step
-    candidates = parse_batches(batches, reference)
+    candidates = parse_candidate_batches(batches, reference)
     gen_profile = read_document(generation_profile, GenerationProfile, "--generation-profile") \
         if generation_profile else None
     train_profile = read_document(training_profile, TrainingProfile, "--training-profile") if training_profile else None

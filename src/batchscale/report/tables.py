@@ -11,7 +11,7 @@ from pathlib import Path
 from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target, rollout_cell
-from batchscale.plan.explain import describe_verdict, format_duration
+from batchscale.plan.explain import describe_verdict, format_time_to_target
 from batchscale.report.inputs import ReportInputs
 
 DECISION_HEADER = ["label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "throughput gain q/q_ref",
@@ -42,7 +42,7 @@ def decision_rows(plan: dict) -> list[tuple[dict, list[str]]]:
             label, _fixed(row.get("prompts_per_step"), "{}"), _fixed(row.get("samples_per_prompt"), "{}"),
             _fixed(row.get("samples_per_step"), "{}"), n_text, _fixed(row.get("throughput_samples_per_s"), "{:,.2f}"),
             _fixed(row.get("r_n"), "{:.2f}"), _fixed(row.get("throughput_gain"), "{:.2f}x"),
-            format_duration(row.get("time_to_target")), format_duration(row.get("time_to_target_realized")),
+            format_time_to_target(row.get("time_to_target")), format_time_to_target(row.get("time_to_target_realized")),
             _fixed(row.get("normalized_time_to_target"), "{:.2f}"),
             "yes" if row.get("feasible") else "no",
         ]))

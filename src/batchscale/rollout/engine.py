@@ -66,7 +66,8 @@ class DecodeSchedule:
         self.responses: list[list[int]] = [[] for _ in range(n)]
         self.logprobs: list[list[float]] = [[] for _ in range(n)]
         self.cached = [0] * n  # tokens of each sequence already in its cache row
-        self.next_seq = 0  # the queue is sequences next_seq..n-1, in order
+        self.next_seq = 0  # the queue is sequences next_seq..queue_end-1, in order
+        self.queue_end = n
         self.rows: list[int | None] = []  # sequence held by each cache row; None: free
         self.active_per_step: list[int] = []
         self.tokens_per_step: list[int] = []
@@ -84,7 +85,7 @@ class DecodeSchedule:
         self.prompt_logits: dict[tuple[int, ...], torch.Tensor] = {}  # last-token logits (V,) of the held prompts
 
     def finish(self):
-        while self.next_seq < len(self.prompt_ids) or any(s is not None for s in self.rows):
+        while self.next_seq < self.queue_end or any(s is not None for s in self.rows):
             generated = self.admit()
             self.compact()
             if self.rows:
@@ -110,11 +111,7 @@ class DecodeSchedule:
     def record(self, seqs: list[int], logits: torch.Tensor) -> list[bool]:
         """Sample one token for each sequence from its logits (B, V); return which sequences have ended."""
         counts = [len(self.responses[s]) for s in seqs]
-        uniforms = None
-        if self.uniforms is not None:
-            index = torch.tensor(seqs, device=self.device), torch.tensor(counts, device=self.device)
-            uniforms = self.uniforms[index]  # (B,)
-        tokens, logprobs = sample_tokens(logits, uniforms, self.params.temperature, self.params.top_p)
+        tokens, logprobs = sample_tokens(logits, self.draws(seqs, counts), self.params.temperature, self.params.top_p)
         done = []
         for s, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
             self.responses[s].append(token)
@@ -122,14 +119,20 @@ class DecodeSchedule:
             done.append(token == self.eos_id or len(self.responses[s]) >= self.params.max_new_tokens)
         return done
 
+    def draws(self, seqs: list[int], counts: list[int]) -> torch.Tensor | None:
+        """(B,) the uniform of each sequence at the position it samples next (None: greedy)."""
+        if self.uniforms is None:
+            return None
+        return self.uniforms[torch.tensor(seqs, device=self.device), torch.tensor(counts, device=self.device)]
+
     def admit(self) -> int:
         """Refill free rows from the queue and prefill them, until rows or queue run out. Returns tokens sampled."""
         generated = 0
-        while self.next_seq < len(self.prompt_ids):
+        while self.next_seq < self.queue_end:
             free = [r for r, s in enumerate(self.rows) if s is None] + list(range(len(self.rows), self.cap))
             if not free:
                 break
-            free = free[: len(self.prompt_ids) - self.next_seq]
+            free = free[: self.queue_end - self.next_seq]
             seqs = list(range(self.next_seq, self.next_seq + len(free)))
             self.next_seq += len(free)
             self.rows += [None] * (max(free) + 1 - len(self.rows))
@@ -142,7 +145,7 @@ class DecodeSchedule:
                     self.rows[r] = None
             self.prefill_batches.append(len(seqs))
             generated += len(seqs)
-        self.queued_per_step.append(len(self.prompt_ids) - self.next_seq)
+        self.queued_per_step.append(self.queue_end - self.next_seq)
         return generated
 
     def prefill(self, rows: list[int], seqs: list[int]) -> torch.Tensor:

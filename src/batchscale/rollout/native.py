@@ -13,8 +13,9 @@ Two bf16 linear kernels, one per kind of CPU (cpu.KERNEL_PATH_FLAGS says which f
   `decode_layer`, a whole layer in one call for steps of a few sequences, and `sample` (kernels/sample_avx512.c): a
   token and its log-prob per row straight from bf16 logits.
 
-Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the source and
-flags, staged and renamed so a crash never leaves a half-written library. No torch headers are involved (the kernels
+Each is built with the system C compiler ($CC, else cc) into the batchscale cache, named by a hash of the sources, the
+headers they share (kernels/*.h: avx2_common.h, copied beside them) and the flags, staged and renamed so a crash never
+leaves a half-written library. No torch headers are involved (the kernels
 see raw pointers), so a build takes about a second. OpenMP comes from the process's libgomp.so.1, which torch has
 already loaded, so the kernels and torch share one thread runtime.
 
@@ -88,12 +89,14 @@ class KernelPlan:
 DEFAULT_PLAN = KernelPlan()
 
 
-def _build(compiler: str, flags: tuple[str, ...], sources: list[str], target: Path) -> None:
+def _build(compiler: str, flags: tuple[str, ...], sources: dict[str, str], headers: dict[str, str],
+           target: Path) -> None:
+    """Compile `sources` (name -> text) into `target`, with `headers` (name -> text) beside them for their #includes."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        files = [Path(tmp) / f"kernel{i}.c" for i in range(len(sources))]
-        for file, source in zip(files, sources):
-            file.write_text(source)
+        for name, text in {**headers, **sources}.items():
+            (Path(tmp) / name).write_text(text)
+        files = [Path(tmp) / name for name in sources]
         out = Path(tmp) / target.name
         done = subprocess.run([compiler, *flags, *map(str, files), "-o", str(out), "-lm"], capture_output=True,
                               text=True)
@@ -103,17 +106,21 @@ def _build(compiler: str, flags: tuple[str, ...], sources: list[str], target: Pa
 
 
 @lru_cache(maxsize=None)
-def _sources(path: str) -> tuple[list[str], tuple[str, ...], str]:
-    """Library `path`'s C sources, its compiler flags and their digest (which names the build)."""
+def _sources(path: str) -> tuple[dict[str, str], dict[str, str], tuple[str, ...], str]:
+    """Library `path`'s C sources and the headers beside them (name -> text), its compiler flags and their digest
+    (which names the build)."""
     filenames, _, isa = KERNELS[path]
     flags = (*COMMON_FLAGS, *isa)
-    sources = [resources.files("batchscale.rollout.kernels").joinpath(name).read_text() for name in filenames]
-    return sources, flags, hashlib.sha256(("".join(sources) + " ".join(flags)).encode()).hexdigest()[:16]
+    kernels = resources.files("batchscale.rollout.kernels")
+    sources = {name: kernels.joinpath(name).read_text() for name in filenames}
+    headers = {f.name: f.read_text() for f in sorted(kernels.iterdir(), key=lambda f: f.name) if f.name.endswith(".h")}
+    text = "".join([*headers.values(), *sources.values()]) + " ".join(flags)
+    return sources, headers, flags, hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def source_digest(path: str) -> str:
     """A digest of library `path`'s sources and flags: what a build, or a plan timed on it, belongs to."""
-    return _sources(path)[2]
+    return _sources(path)[3]
 
 
 @lru_cache(maxsize=None)
@@ -123,13 +130,13 @@ def _library(path: str) -> ctypes.CDLL:
     if not has_kernel_path(path):
         raise RuntimeError(f"this CPU lacks {' or '.join(sorted(KERNEL_PATH_FLAGS[path]))}")
     filenames = KERNELS[path][0]
-    sources, flags, digest = _sources(path)
+    sources, headers, flags, digest = _sources(path)
     target = cache_root() / "kernels" / f"{Path(filenames[0]).stem}-{digest}.so"
     if not target.is_file():
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
             raise RuntimeError("no C compiler (set CC, or install gcc)")
-        _build(compiler, flags, sources, target)
+        _build(compiler, flags, sources, headers, target)
     library = ctypes.CDLL(str(target))
     for symbol, argtypes in SIGNATURES.items():
         if hasattr(library, symbol):

@@ -22,7 +22,8 @@ from batchscale.rundir.documents import (ANALYSIS_FILE, GENERATION_PROFILE_FILE,
                                          TrainingProfile, read_document, write_document)
 from batchscale.rundir.run import (RUNS_DIR, SCHEMA_VERSION, LoadedRun, RunDescriptor, RunLog, RunSummary,
                                    check_out_dir, find_run_dirs, is_finished_run, is_run_dir, primary_eval_score, read_run,
-                                   run_dir_name, summarize_run, sweep_runs_dir, write_run)
+                                   parse_run_dir_name, run_dir_name, summarize_run, sweep_runs_dir,
+                                   write_run)
 from batchscale.rundir.run import StoppedRun
 from batchscale.rundir.sweep_file import (RaceFacts, SweepDocument, race_target, read_sweep_document,
                                           write_sweep_points)
@@ -31,6 +32,6 @@ __all__ = [
     "ANALYSIS_FILE", "GENERATION_PROFILE_FILE", "PLAN_FILE", "RUNS_DIR", "SCHEMA_VERSION", "TRAINING_PROFILE_FILE",
     "AnalysisDocument", "GenerationProfile", "LoadedRun", "PlanDocument", "PredictionDocument", "RunDescriptor", "RunLog",
     "RunSummary", "TrainingProfile", "check_out_dir", "find_run_dirs", "is_finished_run", "is_run_dir", "primary_eval_score", "read_document",
-    "read_run", "run_dir_name", "summarize_run", "sweep_runs_dir", "write_document", "write_run",
+    "read_run", "parse_run_dir_name", "run_dir_name", "summarize_run", "sweep_runs_dir", "write_document", "write_run",
     "write_sweep_points", "StoppedRun", "RaceFacts", "SweepDocument", "race_target", "read_sweep_document",
 ]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -452,8 +453,18 @@ def find_run_dirs(path: Path) -> list[Path]:
 
 # --- sweep layout ---------------------------------------------------------------------------------------------------
 
+RUN_DIR_NAME = re.compile(r"^(?P<label>.+)__s(?P<seed>\d+)$")  # <label>__s<seed>: a label holds no "__" (config)
+
+
 def run_dir_name(label: str, seed: int) -> str:
+    """The directory of a configuration's run at `seed` in a sweep: <label>__s<seed>, so its seeds sort together."""
     return f"{label}__s{seed}"
+
+
+def parse_run_dir_name(name: str) -> tuple[str, int] | None:
+    """(label, seed) of a directory named by `run_dir_name`; None for any other name."""
+    match = RUN_DIR_NAME.match(name)
+    return (match["label"], int(match["seed"])) if match else None
 
 
 def sweep_runs_dir(sweep_dir: Path) -> Path:

@@ -22,9 +22,11 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from batchscale.analysis import curves, signal, targets
-from batchscale.config import derive_plan, validate_config
+from batchscale.analysis.analyze import USER_TARGET_RULE, ReferenceFacts, choose_reference_label
+from batchscale.config import validate_config
 from batchscale.errors import UserError
-from batchscale.rundir import RaceFacts, read_run, read_sweep_document, sweep_runs_dir, write_sweep_points
+from batchscale.rundir import (RaceFacts, read_run, read_sweep_document, run_dir_name, sweep_runs_dir,
+                               write_sweep_points)
 from batchscale.sweep.executors import RunJob, open_executor
 from batchscale.sweep.race import PointFacts, Race, RaceSettings
 from batchscale.sweep.race_rule import SeedResult
@@ -43,22 +45,13 @@ def seed_list(points: list[Point], max_seeds: int) -> list[int]:
 def point_for_seed(template: Point, seed: int) -> Point:
     data = template.config_data
     data["run"]["seed"] = seed
-    return Point(f"{template.label}__s{seed}", template.label, seed, validate_config(data))
+    return Point.of(validate_config(data))
 
 
-def choose_reference_label(templates: dict[str, Point]) -> str:
-    """As analyze chooses it (analysis.analyze.choose_reference): the smallest samples_per_step among the sqrt-LR
-    labels (all labels when none is), a synchronous one first, then fewer prompts, then the label."""
-    from batchscale.analysis.analyze import is_default_lr_rule
-
-    candidates = [label for label, p in templates.items() if is_default_lr_rule(p.config.optim.lr_rule)] or \
-        list(templates)
-
-    def key(label: str):
-        plan = derive_plan(templates[label].config)
-        return plan.samples_per_step, templates[label].config.rollout.mode != "sync", plan.prompts_per_step, label
-
-    return min(candidates, key=key)
+def reference_of(templates: dict[str, Point]) -> str:
+    """The reference label, as analyze chooses it (analysis.analyze.choose_reference_label), from the points' plans."""
+    return choose_reference_label({label: ReferenceFacts(p.plan.lr_rule, p.plan.samples_per_step, p.config.rollout.mode,
+                                                         p.plan.prompts_per_step) for label, p in templates.items()})
 
 
 def seed_result(run_dir: Path, target: float | None) -> SeedResult:
@@ -105,12 +98,12 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
     seeds = seed_list(points, settings.max_seeds)
     candidates = candidate_points(points, settings.max_seeds)
     by_name = {p.name: p for p in candidates}
-    reference = choose_reference_label(templates)
-    plans = {label: derive_plan(t.config) for label, t in templates.items()}
+    reference = reference_of(templates)
+    plans = {label: t.plan for label, t in templates.items()}
     facts = [PointFacts(label, plan.samples_per_step, plan.prompts_per_step, plan.samples_per_prompt)
              for label, plan in plans.items()]
     race = Race(facts, reference, seeds, settings)
-    rule = target_rule or "given by the user (--target)"
+    rule = target_rule or USER_TARGET_RULE
     previous = read_sweep_document(sweep_dir)
     if previous is not None and previous.race is not None and previous.race.target is not None:
         if target is not None and not math.isclose(target, previous.race.target):
@@ -138,7 +131,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             time_budget_s=settings.time_budget_s, stopped=dict(race.stopped)))
 
     def fix_target() -> None:
-        runs = [sweep_runs_dir(sweep_dir) / f"{reference}__s{s.seed}" for s in race.results[reference]]
+        runs = [sweep_runs_dir(sweep_dir) / run_dir_name(reference, s.seed) for s in race.results[reference]]
         value, why = default_target(runs)
         race.set_target(value, why)
         for run_dir in runs:  # their N* at the target just fixed
@@ -158,7 +151,7 @@ def run_adaptive_locked(points: list[Point], sweep_dir: Path, settings: RaceSett
             if race.needs_target and not any(label == reference for label, _ in race.running):
                 fix_target()
             while len(in_flight) < workers and (job := race.next_job(time.perf_counter() - started)) is not None:
-                point = by_name[f"{job.label}__s{job.seed}"]
+                point = by_name[run_dir_name(job.label, job.seed)]
                 pool.submit(RunJob(point, *state.staging_for(point, sweep_dir, log=progress.note)), stop=job.stop)
                 in_flight[point.name] = job
                 launched.append(point.name)

@@ -10,7 +10,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing
 from pathlib import Path
 
-from batchscale.config import derive_plan
+from batchscale.console import console, print_plain
 from batchscale.errors import UserError
 from batchscale.files import resolve_out
 from batchscale.rundir.lock import SweepLock
@@ -21,15 +21,15 @@ from batchscale.sweep.race import RaceSettings
 from batchscale.sweep.runner import (adopt, available_cores, failure_reason, prebuild_models, prepare_sweep_dir,
                                      read_summary)
 from batchscale.sweep.spec import Point
-from batchscale.train.progress import console, print_plain
 
 
 def check_inputs(points: list[Point]) -> None:
     """Read every distinct task's data (and import a user reward) now, so a bad input fails before any run starts."""
     from batchscale.tasks import build_task
 
-    for task in {p.config.task.model_dump_json(): p.config.task for p in points}.values():
-        build_task(task).close()
+    distinct = {(p.config.task.model_dump_json(), p.config.model.chat_template): p.config for p in points}
+    for config in distinct.values():
+        build_task(config.task, config.model.chat_template).close()
 
 
 def check_devices(points: list[Point]) -> None:
@@ -104,7 +104,7 @@ def event_handler(progress: SweepProgress, totals: dict[str, int]):
 
 
 def run_totals(points: list[Point]) -> dict[str, int]:
-    return {p.name: derive_plan(p.config).num_steps * derive_plan(p.config).samples_per_step for p in points}
+    return {p.name: p.plan.num_steps * p.plan.samples_per_step for p in points}
 
 
 def _race_locked(points, sweep_dir, race, target, target_rule, executor, workers, address, threads) -> dict:

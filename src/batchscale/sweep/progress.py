@@ -39,7 +39,6 @@ is runs done + runs left, so a racing sweep's plan may grow or shrink (`add_runs
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass
 
@@ -47,16 +46,16 @@ from rich.console import Console
 from batchscale.markup import console_text as escape  # names are data: controls and bidi shown inert
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from batchscale.train.progress import HEARTBEAT_S, Heartbeat, draws_live, format_duration
-from batchscale.train.progress import console as shared_console
+from batchscale.console import HEARTBEAT_S, Heartbeat, draws_live, format_duration
+from batchscale.console import console as shared_console
+from batchscale.rundir import parse_run_dir_name
 
-_NAME = re.compile(r"^(?P<label>.+)__s(?P<seed>\d+)$")  # a point's run directory name: <label>__s<seed>
 
 
 def display_name(name: str, label: str | None = None, seed: int | None = None) -> str:
     """`grpo-P8-G8-sqrt seed 1` for the run `grpo-P8-G8-sqrt__s1` (or the given label and seed)."""
-    if label is None and (match := _NAME.match(name)):
-        label, seed = match["label"], int(match["seed"])
+    if label is None and (parsed := parse_run_dir_name(name)):
+        label, seed = parsed
     if label is None:
         return name
     return label if seed is None else f"{label} seed {seed}"

@@ -127,10 +127,10 @@ def prepare_sweep_dir(points: list[Point], sweep_dir: Path, threads: int | None 
 def prebuild_models(points: list[Point], log=print, heartbeat_s: float | None = None) -> None:
     """Build cached models (the warm-started tiny model, converted GGUF) once here, not once per worker. A build is
     a `long_phase` that stays silent while the model is cached: in a log, one that runs prints its start line, a
-    "still working" line at least every `heartbeat_s` seconds (default `train.progress.HEARTBEAT_S`) and its time."""
+    "still working" line at least every `heartbeat_s` seconds (default `console.HEARTBEAT_S`) and its time."""
     from batchscale.policy.load import smollm2_dir
     from batchscale.policy.tiny import build_tiny
-    from batchscale.train.progress import HEARTBEAT_S, long_phase
+    from batchscale.console import HEARTBEAT_S, long_phase
 
     seen = set()
     for point in points:

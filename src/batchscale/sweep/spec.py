@@ -25,8 +25,9 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchscale.config import Config, derive_plan, read_toml, validate_config
+from batchscale.config import BatchPlan, Config, derive_plan, read_toml, validate_config
 from batchscale.errors import UserError
+from batchscale.rundir import run_dir_name
 
 SWEEP_KEYS = {"base", "seeds", "set", "grid", "points"}
 
@@ -37,6 +38,13 @@ class Point:
     label: str
     seed: int
     config: Config
+    plan: BatchPlan  # derive_plan(config), derived once when the point is made
+
+    @classmethod
+    def of(cls, config: Config) -> "Point":
+        """The point that trains `config`: its plan derived, its name and label from the plan."""
+        plan = derive_plan(config)
+        return cls(run_dir_name(plan.label, config.run.seed), plan.label, config.run.seed, config, plan)
 
     @property
     def config_data(self) -> dict:
@@ -122,13 +130,11 @@ def load_sweep_spec(path: Path, overrides: list[str] = ()) -> list[Point]:
             for key, value in combo.items():
                 set_dotted(point_data, key, value, "grid")
             set_dotted(point_data, "run.seed", seed, "seeds")
-            config = _validate_point(point_data, combo, seed)
-            label = derive_plan(config).label
-            name = f"{label}__s{seed}"
-            if name in points:
-                raise UserError("grid", f"two points resolve to the same run {name}",
+            point = Point.of(_validate_point(point_data, combo, seed))
+            if point.name in points:
+                raise UserError("grid", f"two points resolve to the same run {point.name}",
                                 "give points that differ only in non-label keys a distinct run.label")
-            points[name] = Point(name, label, seed, config)
+            points[point.name] = point
     return list(points.values())
 
 
@@ -150,11 +156,8 @@ def check_overrides_not_swept(overrides: list[str], data: dict) -> None:
 
 
 def _validate_point(point_data: dict, combo: dict, seed: int) -> Config:
-    from batchscale.algorithms.specs import get_algorithm_spec
-
-    name = point_data.get("algorithm", {}).get("name", "grpo")
     try:
-        return validate_config(point_data, get_algorithm_spec(name).min_samples_per_prompt)
+        return validate_config(point_data)
     except UserError as e:
         where = ", ".join(f"{k}={v}" for k, v in combo.items()) or "base"
         raise UserError(f"point ({where}, seed {seed}): {e.field}", e.rule, e.fix) from None

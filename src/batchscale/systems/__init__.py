@@ -1,5 +1,7 @@
-"""Systems side: hardware and model presets, the analytical roofline with KV-cache feasibility, and knee fitting.
+"""Systems side, torch-free: hardware presets, model shapes, the analytical roofline with KV-cache feasibility, and
+knee fitting (`batchscale roofline`).
 
-Everything here is numpy/scipy only (no torch), so `batchscale roofline` starts fast and the profilers can call the
-fitting functions on measured points without importing the training stack.
+Everything here is numpy/scipy only, so `batchscale roofline`, plan and report start fast and never reach the training
+stack. The measurements these models are compared with (generation and training profiles) are taken by `profile/`,
+the torch side, which calls the fitting functions here on its measured points.
 """

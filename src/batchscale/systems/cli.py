@@ -19,7 +19,7 @@ DEFAULT_BATCHES = "1,2,4,8,16,32,64,128,256"
 DEFAULT_CONTEXT = 2048
 
 
-def parse_batches(text: str) -> list[int]:
+def parse_roofline_batches(text: str) -> list[int]:
     """'1,2,4' -> [1, 2, 4]; anything that is not a comma list of integers is a UserError."""
     try:
         batches = [int(part) for part in text.split(",") if part.strip()]
@@ -81,7 +81,7 @@ def roofline(
     shape = get_model_shape(model)
     if context is None:
         context = min(DEFAULT_CONTEXT, shape.max_positions)
-    batch_list = parse_batches(batches)
+    batch_list = parse_roofline_batches(batches)
     validate_roofline_inputs(shape, context, batch_list, dtype_bytes, mem_util)  # before the cpu benchmark
     if hardware.lower() == "cpu":
         typer.echo("measuring cpu copy bandwidth and matmul rate ...", err=True)

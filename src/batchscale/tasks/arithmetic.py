@@ -13,7 +13,7 @@ import operator
 import numpy as np
 
 from batchscale.tasks.base import Example, Task
-from batchscale.tasks.rewards import integer_match, resolve_reward
+from batchscale.tasks.rewards import accuracy_reward, answer_format_of, resolve_reward
 
 OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 EVAL_SHARE = 8  # one problem in EVAL_SHARE is held out
@@ -44,11 +44,14 @@ class ArithmeticTask(Task):
     name = "arithmetic"
 
     def __init__(self, digits: int = 2, operations: str = "+", template: str = "{a}{op}{b}=", split_seed: int = 0,
-                 eval_size: int = 256, reward: str = "digit_match", reward_timeout_s: float = 10.0):
+                 eval_size: int = 256, reward: str = "digit_match", reward_timeout_s: float = 10.0,
+                 answer_format: str | None = None):
         self.digits, self.operations, self.template = digits, operations, template
         self.split_seed, self.eval_size = split_seed, eval_size
-        self.reward_fn = resolve_reward(reward, reward_timeout_s)
-        self.accuracy_fn = integer_match  # eval/accuracy counts exact answers whatever reward training uses
+        # "strict" by default: the built-in model writes the answer first (tasks.answers)
+        self.answer_format = answer_format_of(reward, answer_format, "strict")
+        self.reward_fn = resolve_reward(reward, reward_timeout_s, self.answer_format)
+        self.accuracy_fn = accuracy_reward(self.answer_format)  # exact answers, whatever reward training uses
         self.limit = 10**digits
         held_out = self.limit**2 * len(operations) // EVAL_SHARE // 2  # distinct problems, drawn by rejection
         if eval_size > held_out:

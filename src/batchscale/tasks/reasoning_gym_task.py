@@ -19,6 +19,9 @@ optional extra `reasoning-gym` (`pip install 'batchscale[reasoning-gym]'`); with
   `<answer>...</answer>` of the response (reasoning_gym.utils.extract_answer, reasoning-gym's convention), or the
   stripped response when it holds no such tags. Departure: reasoning-gym's own evaluation scores an untagged response
   as no answer; a small model asked for the answer alone rarely writes tags. `task.reward` does not apply.
+  With `task.answer_format` set, the answer is extracted in that format first (tasks.answers; none found: the empty
+  answer): a number format (`strict`, `last_number`, `hash`) hands the scorer the canonical number ("1,234" as
+  "1234"), and is refused, naming an eval answer, for a dataset whose answers are not all numbers.
 - Model output is untrusted, and several scorers run it as Python: `eval` (EVALUATING_SCORERS: spiral_matrix,
   binary_matrix, n_queens, string_insertion) or sympy's `parse_expr` (polynomial_multiplication, simple_integration,
   intermediate_integration; countdown and puzzle24, ARITHMETIC_SCORERS); a composite dataset inherits its members'.
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 import numpy as np
 
 from batchscale.errors import UserError
+from batchscale.tasks.answers import NUMERIC_FORMATS, canonical_number, extract_answer, normalize_answer
 from batchscale.tasks.arithmetic import EVAL_SHARE
 from batchscale.tasks.base import Example, Task
 from batchscale.tasks.confinement import landlock_missing_reason
@@ -167,7 +171,7 @@ class ReasoningGymTask(Task):
     name = "reasoning_gym"
 
     def __init__(self, dataset: str | None, params: dict | None = None, template: str | None = None,
-                 split_seed: int = 0, eval_size: int = 256):
+                 split_seed: int = 0, eval_size: int = 256, answer_format: str | None = None):
         params = dict(params or {})
         self.dataset_name, self.split_seed = dataset, split_seed
         if template is not None and "{question}" not in template:
@@ -189,6 +193,9 @@ class ReasoningGymTask(Task):
         self._entries: dict[int, dict] = {}
         self._eval = self._build_eval(eval_size)
         self._eval_questions = {ex.entry["question"] for ex in self._eval}
+        self.answer_format = answer_format
+        if answer_format in NUMERIC_FORMATS:
+            self._check_numeric_answers()
 
     def _entry(self, index: int) -> dict:
         if index not in self._entries:
@@ -235,13 +242,32 @@ class ReasoningGymTask(Task):
     def eval_examples(self) -> list[Example]:
         return self._eval
 
-    def score(self, responses: list[str], examples: list[Example]) -> list[float]:
-        from reasoning_gym.utils import extract_answer
+    def _check_numeric_answers(self) -> None:
+        for ex in self._eval:
+            if canonical_number(normalize_answer(ex.answer)) is None:
+                raise UserError("task.answer_format", f"{self.answer_format!r} reads a number, but reasoning-gym's "
+                                f"{self.dataset_name!r} answers {ex.answer[:SHOWN_CHARS]!r}, which is not one",
+                                "drop task.answer_format (the <answer> tags, else the whole response), or set it to "
+                                "'answer_tag' or 'text'")
 
+    def extract(self, response: str) -> str:
+        """The answer handed to score_answer (module docstring); "" for none."""
+        if self.answer_format is None:
+            from reasoning_gym.utils import extract_answer as extract_tagged
+
+            tagged = extract_tagged(response)
+            return tagged if tagged is not None else response.strip()
+        found = extract_answer(response, self.answer_format)
+        if found is None:
+            return ""
+        if self.answer_format in NUMERIC_FORMATS:
+            return canonical_number(normalize_answer(found)) or ""
+        return found
+
+    def score(self, responses: list[str], examples: list[Example]) -> list[float]:
         answers = []
         for response in responses:
-            tagged = extract_answer(response)
-            answer = tagged if tagged is not None else response.strip()
+            answer = self.extract(response)
             if self._evaluated & ARITHMETIC_SCORERS and not set(answer) <= ARITHMETIC_CHARS:
                 answer = ""  # never evaluated: module docstring
             answers.append(answer)

@@ -1,21 +1,27 @@
 """Reward functions: plain functions (response text, reference answer) -> float, chosen by name or "module:function".
 
-- `integer_match`: 1.0 if the first integer in the response equals the answer, else 0.0. Tolerates surrounding text
-  ("The answer is 82."), so it serves both the built-in tiny model and an instruction-tuned model.
-- `exact_match`: 1.0 if the stripped response equals the stripped answer.
-- `prefix_match`: 1.0 if the stripped response starts with the stripped answer.
-- `last_integer_match`: like `integer_match` on the last integer: for models that restate the question first
-  ("12 + 35 = 47").
+Built-in rewards read the response's answer as `task.answer_format` says (tasks.answers: `strict`, `last_number`,
+`hash`, `boxed`, `answer_tag`, `text`) and compare it with the reference answer; eval/accuracy is `answer_match` in the
+same format, whatever the reward, so it counts exact answers:
+- `answer_match`: 1.0 if the extracted answer equals the reference (tasks.answers.answers_match), else 0.0.
 - `digit_match`: partial credit for integer answers: the fraction of digit positions, aligned from the right (units with
-  units), where the first integer in the response agrees with the answer, over the longer of the two. 1.0 exactly
-  when `integer_match` is 1.0. A dense reward gives GRPO groups unequal rewards far more often than a 0/1 reward, so a
-  weak policy still gets a gradient; evaluation still scores exact answers.
+  units), where the extracted answer agrees with the reference, over the longer of the two; 1.0 exactly when
+  `answer_match` is 1.0 (a non-integer answer gets 1.0 or 0.0). A dense reward gives GRPO groups unequal rewards far
+  more often than a 0/1 reward, so a weak policy still gets a gradient; evaluation still scores exact answers.
+- `prefix_match`: 1.0 if the stripped response starts with the stripped answer (the whole response: format `text`).
+The names from before answer formats are aliases that fix their format (another task.answer_format is an error):
+- `integer_match` = `answer_match` in `strict` (the first integer, as written: the built-in model's format);
+- `last_integer_match` = `answer_match` in `last_number` (before: the last run of digits, so "2.5" read as 5; now a
+  number's sign, commas and decimals are read, and "2.50" equals "2.5");
+- `exact_match` = `answer_match` in `text` (the stripped response equals the stripped answer).
+In `strict`, `integer_match` and `digit_match` are bit for bit the functions of the same names before formats existed.
 
 Built-ins run in-process, for speed. A user's `"module:function"` runs in a worker process (`UserReward`): the module
 is imported there, each batch of (response, answer) pairs goes over a pipe, and the batch must come back within
 `task.reward_timeout_s` (default 10 s), else the worker is killed and the run stops with a one-line error. An exception
 in the function, or a value that is not a number, is a one-line UserError naming the function, the input's index in
-the batch, and what it raised or returned. The worker dies with its parent (`batchscale.processes`).
+the batch, and what it raised or returned. The worker dies with its parent (`batchscale.processes`). A user reward
+reads the whole response; with `task.answer_format` set, eval/accuracy is still `answer_match` in that format.
 """
 
 from __future__ import annotations
@@ -25,9 +31,11 @@ import numbers
 import os
 import re
 import weakref
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from batchscale.errors import UserError
+from batchscale.tasks.answers import ANSWER_FORMATS, answers_match, extract_answer, normalize_answer, reference_answer
 
 RewardFn = Callable[[str, str], float]  # (response text, reference answer) -> reward
 
@@ -35,44 +43,86 @@ DEFAULT_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 60.0  # starting the worker and importing the user's module (once per run)
 SHOWN_CHARS = 80  # of a response, an answer or a returned value in an error message
 
-_INTEGER = re.compile(r"-?\d+")
+
+_INTEGER_TEXT = re.compile(r"-?[0-9]+")
 
 
-def integer_match(response: str, answer: str) -> float:
-    found = _INTEGER.search(response)
-    return float(found is not None and found.group() == answer.strip())
+def digit_agreement(predicted: str, expected: str) -> float:
+    """The share of right-aligned character positions where two texts agree, over the longer (digit_match)."""
+    agree = sum(a == b for a, b in zip(reversed(predicted), reversed(expected)))
+    return agree / max(len(predicted), len(expected))
 
 
-def last_integer_match(response: str, answer: str) -> float:
-    found = _INTEGER.findall(response)
-    return float(bool(found) and found[-1] == answer.strip())
+@dataclass(frozen=True)
+class AnswerReward:
+    """A built-in reward: the answer extracted in `answer_format`, compared with the reference: `match` (1.0 or 0.0)
+    or `digits` (digit_agreement of integers). Picklable and in-process."""
 
+    comparison: str  # "match" or "digits"
+    answer_format: str
+    name: str
 
-def exact_match(response: str, answer: str) -> float:
-    return float(response.strip() == answer.strip())
+    def __call__(self, response: str, answer: str) -> float:
+        extracted = extract_answer(response, self.answer_format)
+        if self.comparison == "match":
+            return float(answers_match(extracted, answer, self.answer_format))
+        if extracted is None:
+            return 0.0
+        if self.answer_format == "strict":  # as written, as before formats existed
+            return digit_agreement(extracted, answer.strip())
+        predicted = normalize_answer(extracted)
+        expected = normalize_answer(reference_answer(answer, self.answer_format))
+        if _INTEGER_TEXT.fullmatch(predicted) and _INTEGER_TEXT.fullmatch(expected):
+            return digit_agreement(predicted, expected)
+        return float(predicted == expected)  # not integers: no digits to credit
 
 
 def prefix_match(response: str, answer: str) -> float:
     return float(response.strip().startswith(answer.strip()))
 
 
-def digit_match(response: str, answer: str) -> float:
-    found = _INTEGER.search(response)
-    if found is None:
-        return 0.0
-    predicted, expected = found.group(), answer.strip()
-    agree = sum(a == b for a, b in zip(reversed(predicted), reversed(expected)))
-    return agree / max(len(predicted), len(expected))
+integer_match = AnswerReward("match", "strict", "integer_match")
+last_integer_match = AnswerReward("match", "last_number", "last_integer_match")
+exact_match = AnswerReward("match", "text", "exact_match")
+digit_match = AnswerReward("digits", "strict", "digit_match")
+answer_match = AnswerReward("match", "strict", "answer_match")  # in the built-in model's format; others: resolve_reward
+ALIAS_FORMATS = {"integer_match": "strict", "last_integer_match": "last_number", "exact_match": "text",
+                 "prefix_match": "text"}  # the names that fix their answer format
+REWARDS: dict[str, RewardFn] = {"answer_match": answer_match, "digit_match": digit_match, "prefix_match": prefix_match,
+                                "integer_match": integer_match, "last_integer_match": last_integer_match,
+                                "exact_match": exact_match}
 
 
-REWARDS: dict[str, RewardFn] = {f.__name__: f for f in (integer_match, last_integer_match, exact_match, prefix_match, digit_match)}
+def answer_format_of(reward: str, answer_format: str | None, task_default: str) -> str:
+    """The answer format a task reads responses in: task.answer_format when set, else the one a reward name fixes
+    (ALIAS_FORMATS), else the task's own default."""
+    if answer_format is not None:
+        return answer_format
+    return ALIAS_FORMATS.get(reward, task_default)
 
 
-def resolve_reward(spec: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> "RewardFn | UserReward":
-    """A built-in name (the function itself), or "package.module:function" importable from the current environment
-    (a `UserReward`, started here: an import error is raised now, before any compute)."""
-    if spec in REWARDS:
+def accuracy_reward(answer_format: str) -> RewardFn:
+    """What eval/accuracy counts: answer_match in `answer_format`."""
+    return REWARDS["answer_match"] if answer_format == "strict" else AnswerReward("match", answer_format, "answer_match")
+
+
+def resolve_reward(spec: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                   answer_format: str | None = None) -> "RewardFn | UserReward":
+    """A built-in name (its function, reading `answer_format`; None: the name's own, `strict` for answer_match and
+    digit_match), or "package.module:function" importable from the current environment (a `UserReward`, started
+    here: an import error is raised now, before any compute)."""
+    if spec in ALIAS_FORMATS:
+        if answer_format not in (None, ALIAS_FORMATS[spec]):
+            raise UserError("task.reward", f"{spec} reads answers in the format {ALIAS_FORMATS[spec]!r}, but "
+                            f"task.answer_format = {answer_format!r}",
+                            "set task.reward = 'answer_match' (or 'digit_match'): they read task.answer_format")
         return REWARDS[spec]
+    if spec in ("answer_match", "digit_match"):
+        if answer_format is not None and answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"unknown answer format {answer_format!r}")
+        if answer_format in (None, "strict"):
+            return REWARDS[spec]
+        return AnswerReward("match" if spec == "answer_match" else "digits", answer_format, spec)
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UserError("task.reward", f"unknown reward {spec!r}",

@@ -1,95 +1,34 @@
-"""The actor: the policy model, its optimizer and reference model, and its update from one rollout batch.
+"""The actor: the policy model, its optimizer and reference model, and its loss on one micro-batch.
 
-Single pass: the B_train = P * G responses of a rollout boundary feed exactly one optimizer step. Gradients of the
-micro-batches are summed; each micro-batch loss is already its share of the batch loss (losses.token_weights divides by
-a batch-wide normalizer), so the accumulated gradient equals the full-batch gradient whatever `micro_batch_size` is.
-In the single pass the sampling policy is the current one, so logp_old is logp detached (ratio 1) and the clipped
-surrogate reduces to the policy gradient. With `ppo_epochs` > 1 or `ppo_mini_batches` > 1 the rollout batch feeds
-epochs x mini-batches updates (`train.update_schedule`, the skeleton the critic's update shares); logp_old is then
-stored from a no-grad forward before the first update, mini-batches are contiguous runs of whole prompts (the same
-split every epoch, so GRPO groups stay together), and each mini-batch's loss is normalized over that mini-batch.
-Asynchronous batches multiply each token's term by its truncated importance weight (algorithms.offpolicy), with the
-logp_old above as the proximal policy. With `algorithm.kl_coef` > 0 the loss adds a k3 KL penalty to a frozen copy of
-the starting policy (the reference model).
-
-Micro-batches are formed from the rows sorted by length and the LM head runs on response positions only
-(`train.micro_batches`, `policy.forward`: execution-only, the equivalence tests bound the difference to float
-rounding). With `compute_dtype` bfloat16 each forward runs under bf16 autocast over the float32 weights
+The loss is PPO's clipped surrogate at token level (`algorithms.losses`), each micro-batch's its share of the
+mini-batch's loss; `train.update` runs it over epochs x mini-batches x gradient chunks x micro-batches. In the paper's
+single pass the sampling policy is the current one, so logp_old is logp detached (ratio 1) and the surrogate reduces to
+the policy gradient. With `ppo_epochs` > 1 or `ppo_mini_batches` > 1, logp_old is stored from a no-grad forward before
+the first update. Asynchronous batches multiply each token's term by its truncated importance weight
+(algorithms.offpolicy), with logp_old as the proximal policy. With `algorithm.kl_coef` > 0 the loss adds a k3 KL
+penalty to a frozen copy of the starting policy (the reference model). The LM head runs on response positions only
+(`policy.forward`); with `compute_dtype` bfloat16 each forward runs under bf16 autocast over the float32 weights
 (`train.precision`).
-
-The gradient norm is logged before clipping: it is the paper's gradient-noise proxy. Micro-batches run in two chunks,
-random halves of the update's prompt groups drawn from the run's seed and the step
-(`train.micro_batches.iter_gradient_chunks`), and the squared norm of each
-chunk's gradient is read off the accumulation (`train.chunk_norms`) for the online gradient noise scale
-(`telemetry.gradnoise`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from batchscale.algorithms.losses import clipped_policy_loss, kl_k3, loss_normalizer, token_weights
+from batchscale.algorithms.losses import clipped_policy_loss, kl_k3
 from batchscale.algorithms.offpolicy import OffPolicy
 from batchscale.policy.forward import token_logprobs
 from batchscale.policy.sequences import SequenceBatch
-from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 from batchscale.train.micro_batches import forward_in_micro_batches
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast
-from batchscale.train.update_schedule import mean_stats, run_updates
-
-
-def accumulate_policy_gradient(
-    model,
-    batch: SequenceBatch,
-    advantages: torch.Tensor,  # (N, L-1)
-    micro_batch_size: int,
-    clip_eps: float,
-    aggregation: str = "token-mean",
-    logp_old: torch.Tensor | None = None,  # (N, L-1); None: single pass, the sampling policy is the current one
-    ref_model=None,
-    kl_coef: float = 0.0,
-    compute_dtype: torch.dtype = torch.float32,
-    sort_by_length: bool = True,
-    samples_per_prompt: int = 1,
-    chunk_norms: ChunkNorms | None = None,
-    off_policy: OffPolicy | None = None,  # asynchronous rollouts: behaviour log-probs and versions (algorithms.offpolicy)
-) -> dict:
-    """Sum the micro-batch gradients of the batch loss into .grad, in two chunks of whole prompt groups
-    (`train.micro_batches.iter_gradient_chunks`); `chunk_norms`, when given, records each chunk's squared gradient norm
-    on the way. Returns loss statistics for the log."""
-    normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
-    stats = {"loss/policy": 0.0, "actor/clip_frac": 0.0}
-    if kl_coef > 0:
-        stats["loss/kl"] = 0.0
-    if off_policy is not None:
-        stats["async/is_weight_mean"] = 0.0
-    device_type = batch.input_ids.device.type
-    for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
-                                           chunk_norms):
-        mb, width = batch.select(rows)
-        with autocast(compute_dtype, device_type):
-            logp = token_logprobs(model, mb)  # (n, width)
-        old = logp.detach() if logp_old is None else logp_old[rows, :width]
-        weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
-        if off_policy is not None:  # truncated importance weight of stale tokens (1 on the current version's)
-            weights = weights * off_policy.select(rows, width).weights(old)  # (n, width)
-            stats["async/is_weight_mean"] += weights.sum().item()
-        loss, clip_frac = clipped_policy_loss(logp, old, advantages[rows, :width], weights, clip_eps)
-        stats["loss/policy"] += loss.item()
-        stats["actor/clip_frac"] += clip_frac.item()
-        if kl_coef > 0:
-            with torch.no_grad(), autocast(compute_dtype, device_type):
-                logp_ref = token_logprobs(ref_model, mb)
-            kl = (kl_k3(logp, logp_ref) * weights).sum()
-            stats["loss/kl"] += kl.item()
-            loss = loss + kl_coef * kl
-        loss.backward()
-    return stats
+from batchscale.train.update import mean_stats, update_network
 
 
 @dataclass
@@ -106,7 +45,9 @@ class Actor:
     ref_model: nn.Module | None = None  # a frozen copy of the starting policy, when kl_coef > 0
     kl_coef: float = 0.0
     compute_dtype: torch.dtype = torch.float32
+    sort_by_length: bool = True  # micro-batches of length-sorted rows (execution only: train.micro_batches)
     seed: int = 0  # the run's: with the step, it draws each update's halves (train.micro_batches)
+    name: ClassVar[str] = "actor"
 
     def logprobs(self, batch: SequenceBatch) -> torch.Tensor:
         """(N, L - 1) log-probs of the response tokens under the current weights, without gradients."""
@@ -124,18 +65,33 @@ class Actor:
         absent when an update holds a single prompt group."""
         # later updates must compare against the sampling policy, so store it first
         logp_old = self.logprobs(batch) if self.plan.updates_per_step > 1 else None
-
-        def accumulate(mini: SequenceBatch, rows: slice, width: int, chunk_norms: ChunkNorms) -> dict:
-            return accumulate_policy_gradient(
-                self.model, mini, advantages[rows, :width], self.plan.micro_batch_size, self.clip_eps,
-                self.aggregation, logp_old=None if logp_old is None else logp_old[rows, :width],
-                ref_model=self.ref_model, kl_coef=self.kl_coef, compute_dtype=self.compute_dtype,
-                samples_per_prompt=self.plan.samples_per_prompt, chunk_norms=chunk_norms,
-                off_policy=None if off_policy is None else off_policy.select(rows, width))
-
-        records = run_updates("actor", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate,
-                              self.seed, step)
+        loss = functools.partial(self.policy_loss, advantages=advantages, logp_old=logp_old, off_policy=off_policy)
+        records = update_network(self, batch, loss, step)
         return {**mean_stats(records), "grad_norm/actor": records[0]["grad_norm/actor"]}
+
+    def policy_loss(self, micro: SequenceBatch, rows: torch.Tensor, weights: torch.Tensor, advantages: torch.Tensor,
+                    logp_old: torch.Tensor | None = None, off_policy: OffPolicy | None = None) -> tuple[torch.Tensor, dict]:
+        """The clipped surrogate (plus the KL penalty) of one micro-batch, its `rows` of the rollout batch weighted by
+        `weights` (n, width), and its statistics. `advantages`, `logp_old` and `off_policy` are the rollout batch's
+        (N, L-1); without `logp_old` the sampling policy is the current one (the single pass)."""
+        width = weights.shape[1]
+        device_type = micro.input_ids.device.type
+        with autocast(self.compute_dtype, device_type):
+            logp = token_logprobs(self.model, micro)  # (n, width)
+        old = logp.detach() if logp_old is None else logp_old[rows, :width]
+        if off_policy is not None:  # truncated importance weight of stale tokens (1 on the current version's)
+            weights = weights * off_policy.select(rows, width).weights(old)  # (n, width)
+        loss, clip_frac = clipped_policy_loss(logp, old, advantages[rows, :width], weights, self.clip_eps)
+        stats = {"loss/policy": loss.item(), "actor/clip_frac": clip_frac.item()}
+        if self.kl_coef > 0:
+            with torch.no_grad(), autocast(self.compute_dtype, device_type):
+                logp_ref = token_logprobs(self.ref_model, micro)
+            kl = (kl_k3(logp, logp_ref) * weights).sum()
+            stats["loss/kl"] = kl.item()
+            loss = loss + self.kl_coef * kl
+        if off_policy is not None:
+            stats["async/is_weight_mean"] = weights.sum().item()  # token weights sum to 1: the mean weight
+        return loss, stats
 
 
 def build_actor(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype = torch.float32) -> Actor:

@@ -25,7 +25,6 @@ The process calls processes.die_with_parent first, so a killed trainer leaves no
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 from dataclasses import dataclass
@@ -113,13 +112,36 @@ class GeneratorSettings:
     max_new_tokens: int
 
 
-def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: SharedWeights, counters: Counters,
-                   prompts, finished, stop, rng_state: torch.Tensor, parent_pid: int) -> None:
-    """The generator process: load the policy, take the trainer's weights and RNG state, stream groups until stopped.
+@dataclass(frozen=True)
+class FinishedGroup:
+    """One prompt's G responses, finished by the generator and sent to the trainer through the `finished` queue: each
+    response's prompt and token ids, and per token its log-prob and the weights version that sampled it."""
 
-    `prompts` yields (group_id, [G prompt token ids]); `finished` receives one dict per finished group."""
+    group_id: int  # the order the trainer sampled the prompt in
+    start_version: int  # the weights version its decoding started under (its staleness is counted from it)
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    logprobs: list[list[float]]
+    versions: list[list[int]]
+
+
+@dataclass(frozen=True)
+class Channels:
+    """What the trainer and the generator process share: weights, counters, the two queues and the stop event."""
+
+    weights: SharedWeights
+    counters: Counters
+    prompts: object  # queue of (group_id, [G prompt token ids]), trainer -> generator
+    finished: object  # queue of FinishedGroup, generator -> trainer
+    stop: object  # event: the trainer is done
+
+
+def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, channels: Channels, rng_state: torch.Tensor,
+                   parent_pid: int) -> None:
+    """The generator process: load the policy, take the trainer's weights and RNG state, stream groups until stopped."""
     die_with_parent(parent_pid)
-    finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing them
+    weights, counters, prompts, stop = channels.weights, channels.counters, channels.prompts, channels.stop
+    channels.finished.cancel_join_thread()  # stopped with groups the trainer will never read: exit without flushing
     torch.set_num_threads(settings.threads)
     policy = load_policy(model_cfg, task_cfg, lambda line: None)
     model = policy.model
@@ -133,7 +155,7 @@ def generator_main(settings: GeneratorSettings, model_cfg, task_cfg, weights: Sh
     run = StreamingSchedule(decoder, params, tok.eos_token_id, tok.pad_token_id or 0,
                        min(settings.max_concurrency, settings.generation_batch))
     run.set_version(version)
-    streamer = _Streamer(settings, run, finished)
+    streamer = _Streamer(settings, run, channels.finished)
     while not stop.is_set():
         published = weights.version.value
         if published > version and (settings.partial or run.in_flight == 0):
@@ -188,7 +210,6 @@ class _Streamer:
         self.started += len(admitted)
 
     def finish(self, ended: list[int]) -> None:
-        run = self.run
         for seq in ended:
             group_id = self.group_of.pop(seq)
             group = self.live[group_id]
@@ -196,11 +217,8 @@ class _Streamer:
             if group["left"]:
                 continue
             del self.live[group_id]
-            seqs = group["seqs"]
-            self.finished.put({
-                "group_id": group_id, "start_version": group["start_version"], "pid": os.getpid(),
-                "prompt_ids": [run.prompt_ids[q] for q in seqs], "response_ids": [run.responses[q] for q in seqs],
-                "logprobs": [run.logprobs[q] for q in seqs], "versions": [run.versions[q] for q in seqs],
-            })
-            for q in seqs:  # the stream keeps no finished sequence's tokens
-                run.prompt_ids[q] = run.responses[q] = run.logprobs[q] = run.versions[q] = None
+            streams = self.run.release(group["seqs"])  # the stream keeps no sent sequence
+            self.finished.put(FinishedGroup(
+                group_id, group["start_version"], prompt_ids=[s.prompt_ids for s in streams],
+                response_ids=[s.responses for s in streams], logprobs=[s.logprobs for s in streams],
+                versions=[s.versions for s in streams]))

@@ -21,7 +21,8 @@ Logged per step: `async/staleness_mean` and `async/staleness_max` (versions betw
 update that consumes it), `async/partial_frac` (responses whose tokens span more than one version),
 `async/buffer_size` (finished groups waiting when the step took its P, those taken included), `async/dropped_groups`,
 `time/wait_for_samples`, `time/generator_idle` and `time/generate` (the generator's idle and decoding seconds since the
-previous step), and `rollout/active_mean` (mean sequences per decode step since the previous step). The loss corrects
+previous step), `time/sync_weights` (publishing the step's new weights, the lock wait included), and
+`rollout/active_mean` (mean sequences per decode step since the previous step). The loss corrects
 stale tokens with a truncated importance weight (algorithms.offpolicy).
 """
 
@@ -36,8 +37,8 @@ import torch.multiprocessing as mp
 
 from batchscale.errors import UserError
 from batchscale.rollout.base import Rollouts, StepRollouts
-from batchscale.train.async_generator import (Counters, GeneratorDied, GeneratorSettings, SharedWeights,
-                                               admission_limit, generator_main)
+from batchscale.train.async_generator import (Channels, Counters, FinishedGroup, GeneratorDied, GeneratorSettings,
+                                               SharedWeights, admission_limit, generator_main)
 
 POLL_S = 0.2  # how often a waiting trainer checks that the generator is alive
 STOP_TIMEOUT_S = 10.0
@@ -59,7 +60,7 @@ class AsyncRollouts:
             cfg.sampling.top_p, cfg.sampling.max_new_tokens)
         self.context = mp.get_context("spawn")
         self.examples: dict[int, object] = {}  # group id -> the task example it answers
-        self.buffer: list[dict] = []  # finished groups not yet taken
+        self.buffer: list[FinishedGroup] = []  # finished groups not yet taken
         self.groups_sampled = 0
         self.dropped_ids: list[int] = []  # groups dropped as too stale, in order
         self.last = {"busy_s": 0.0, "idle_s": 0.0, "decoded_rows": 0, "decode_steps": 0}
@@ -71,10 +72,10 @@ class AsyncRollouts:
         self.counters = Counters(ctx)
         self.prompts, self.finished, self.stop = ctx.Queue(), ctx.Queue(), ctx.Event()
         self.supply_prompts(version=0)
+        channels = Channels(self.weights, self.counters, self.prompts, self.finished, self.stop)
         self.process = ctx.Process(
             target=generator_main, name="batchscale-generator", daemon=True,
-            args=(self.settings, self.cfg.model, self.cfg.task, self.weights, self.counters, self.prompts,
-                  self.finished, self.stop, torch.get_rng_state(), os.getpid()))
+            args=(self.settings, self.cfg.model, self.cfg.task, channels, torch.get_rng_state(), os.getpid()))
         self.process.start()
         return self
 
@@ -101,10 +102,13 @@ class AsyncRollouts:
                 self.groups_sampled += 1
 
     def publish(self, model) -> None:
-        try:
-            self.weights.publish(model, self.process.is_alive)
-        except GeneratorDied:
-            raise self.died("publishing new weights") from None
+        """Copy the actor's new weights into shared memory, timed as `time/sync_weights` (the copy and the wait for
+        the lock the generator holds while it loads them), apart from the update's `time/train`."""
+        with self.timer.phase("sync_weights"):
+            try:
+                self.weights.publish(model, self.process.is_alive)
+            except GeneratorDied:
+                raise self.died("publishing new weights") from None
 
     def died(self, when: str) -> UserError:
         return UserError("rollout.mode", f"the generator process died (exit code {self.process.exitcode}) while the "
@@ -118,20 +122,20 @@ class AsyncRollouts:
         with self.timer.phase("wait_for_samples"):
             while True:
                 self.drain()
-                fresh = [g for g in self.buffer if version - g["start_version"] <= self.k]
+                fresh = [g for g in self.buffer if version - g.start_version <= self.k]
                 if len(fresh) < len(self.buffer):
                     dropped_now += len(self.buffer) - len(fresh)
                     self.counters.add("dropped_groups", len(self.buffer) - len(fresh))
                     for g in self.buffer:
                         if g not in fresh:
-                            self.dropped_ids.append(g["group_id"])
-                            del self.examples[g["group_id"]]
+                            self.dropped_ids.append(g.group_id)
+                            del self.examples[g.group_id]
                     self.buffer = fresh
                 if len(self.buffer) >= self.P:
                     break
                 self.wait_for_group(step)
         buffered = len(self.buffer)
-        self.buffer.sort(key=lambda g: (g["start_version"], g["group_id"]))
+        self.buffer.sort(key=lambda g: (g.start_version, g.group_id))
         taken, self.buffer = self.buffer[: self.P], self.buffer[self.P:]
         return self.step_rollouts(taken, version, buffered, dropped_now)
 
@@ -149,14 +153,14 @@ class AsyncRollouts:
             if not self.process.is_alive():
                 raise self.died(f"waiting for the samples of step {step}") from None
 
-    def step_rollouts(self, groups: list[dict], version: int, buffered: int, dropped_now: int) -> StepRollouts:
-        flat = {key: [row for g in groups for row in g[key]] for key in ("prompt_ids", "response_ids", "logprobs",
-                                                                          "versions")}
-        examples = [self.examples.pop(g["group_id"]) for g in groups]
+    def step_rollouts(self, groups: list[FinishedGroup], version: int, buffered: int, dropped_now: int) -> StepRollouts:
+        flat = {key: [row for g in groups for row in getattr(g, key)]
+                for key in ("prompt_ids", "response_ids", "logprobs", "versions")}
+        examples = [self.examples.pop(g.group_id) for g in groups]
         now = {name: getattr(self.counters, name).value for name in self.last}
         delta = {name: now[name] - self.last[name] for name in now}
         self.last = now
-        staleness = [version - g["start_version"] for g in groups for _ in range(self.G)]
+        staleness = [version - g.start_version for g in groups for _ in range(self.G)]
         partial = [len(set(v)) > 1 for v in flat["versions"]]
         active_mean = delta["decoded_rows"] / delta["decode_steps"] if delta["decode_steps"] else None
         texts = self.policy.tokenizer.batch_decode(flat["response_ids"], skip_special_tokens=True)
@@ -171,4 +175,4 @@ class AsyncRollouts:
             "time/generate": delta["busy_s"],
             "time/generator_idle": delta["idle_s"],
         }
-        return StepRollouts(examples, rollouts, record, flat["versions"], version, [g["group_id"] for g in groups])
+        return StepRollouts(examples, rollouts, record, flat["versions"], version, [g.group_id for g in groups])

@@ -22,11 +22,8 @@ from contextlib import contextmanager
 
 import torch
 
-from batchscale.algorithms.losses import loss_normalizer, token_weights
-from batchscale.policy.sequences import SequenceBatch
 from batchscale.rundir.run import GNS_STEP_KEYS
 from batchscale.telemetry.gradnoise import estimate_weighted_noise_terms
-from batchscale.train.micro_batches import iter_gradient_chunks
 
 
 class ChunkNorms:
@@ -70,22 +67,3 @@ class ChunkNorms:
             return {}
         keys = GNS_STEP_KEYS[network]
         return {keys["grad_sq"]: terms[0], keys["trace_sigma"]: terms[1]}
-
-
-def iter_chunked_micro_batches(batch: SequenceBatch, micro_batch_size: int, samples_per_prompt: int,
-                               sort_by_length: bool, aggregation: str, chunk_norms: ChunkNorms | None = None):
-    """Row indices of each micro-batch of an accumulating update, chunk after chunk of whole prompt groups; with
-    `chunk_norms`, each chunk's micro-batches run (their backward included: the caller's loop body) inside its
-    `chunk` block, so the norm of the chunk's gradient is taken when its last micro-batch is done."""
-    halves_seed = chunk_norms.halves_seed if chunk_norms is not None else 0
-    chunks = iter_gradient_chunks(batch, micro_batch_size, samples_per_prompt, sort_by_length, halves_seed)
-    if chunk_norms is None:
-        for chunk in chunks:
-            yield from chunk
-        return
-    # each row's share of the batch loss, the losses' own weights: tokens / T (token-mean) or 1 / N (sequence-mean)
-    normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
-    shares = token_weights(batch.response_mask, aggregation, normalizer).sum(dim=1)  # (N,)
-    for chunk in chunks:
-        with chunk_norms.chunk(shares[torch.cat(chunk)].sum()):  # W_k, a device scalar: no sync per chunk
-            yield from chunk

@@ -1,38 +1,35 @@
-"""The PPO critic: a value model of the policy's own family, its own optimizer, and its micro-batched update.
+"""The PPO critic: a value model of the policy's own family, its own optimizer, and its loss on one micro-batch.
 
 The value model is the policy's transformer body (its `base_model`: the decoder without the LM head) with a scalar
-linear head, as in OpenRLHF's critic and TRL's value head. It is copied from the policy before the first update, so it
-starts from the same checkpoint whatever the policy was loaded from (the built-in tiny model, a local directory, a
-de-quantized GGUF) and needs no second load from disk nor a per-architecture `...ForTokenClassification` class (not
-every family has one, and their heads carry dropout). The head is initialized with a small std (1 / (hidden + 1), as in
-OpenRLHF) so that initial values are near 0; it computes in float32 whatever the body's dtype.
+linear head, as in OpenRLHF's critic and TRL's value head, copied from the policy before the first update: it starts
+from the same checkpoint whatever the policy was loaded from, with no second load nor a per-architecture
+`...ForTokenClassification` class (not every family has one, and their heads carry dropout). The head starts near 0
+(std 1 / (hidden + 1), as in OpenRLHF) and computes in float32 whatever the body's dtype; at (hidden x 1) it costs
+next to nothing at every position, so it is left there.
 
 Values are per-token like every other tensor of `policy.sequences`: (N, L - 1), position t the value of the state after
-tokens <= t, i.e. before response token t + 1 is generated. The update minimizes the clipped value loss
-(`losses.clipped_value_loss`) with the same batch-wide normalizer as the policy loss, so micro-batching never changes
-it, and follows the same epochs x mini-batches x gradient chunks skeleton as the actor (`train.update_schedule`). The
-critic has its own learning rate, scaled by its own rule (`critic.lr`, `critic.lr_rule`, see `config.CriticPlan`) and
-its own gradient clipping; Adam's other settings come from `optim`. It shares the actor's execution choices:
-micro-batches of length-sorted rows, and bf16 autocast over float32 weights when the training compute dtype is bfloat16.
-The value head is a (hidden x 1) projection, so unlike the LM head it costs next to nothing at every position and is
-left there.
+tokens <= t. The loss is the clipped value loss (`losses.clipped_value_loss`) with the policy loss's batch-wide
+normalizer; `train.update` runs it as it runs the actor's. The critic's learning rate is scaled by its own rule
+(`critic.lr`, `critic.lr_rule`, `config.CriticPlan`), with its own clipping and `optim`'s other Adam settings, and it
+shares the actor's execution choices (length-sorted micro-batches, bf16 autocast over float32 weights).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
-from batchscale.algorithms.losses import clipped_value_loss, loss_normalizer, token_weights
+from batchscale.algorithms.losses import clipped_value_loss
 from batchscale.policy.sequences import SequenceBatch
-from batchscale.train.chunk_norms import ChunkNorms, iter_chunked_micro_batches
 from batchscale.train.micro_batches import forward_in_micro_batches
 from batchscale.train.optimizer import build_optimizer
 from batchscale.train.precision import autocast
-from batchscale.train.update_schedule import mean_stats, run_updates
+from batchscale.train.update import mean_stats, update_network
 
 
 class ValueModel(nn.Module):
@@ -60,37 +57,6 @@ def token_values(model: ValueModel, batch: SequenceBatch) -> torch.Tensor:
     return model(batch.input_ids, batch.attention_mask)[:, :-1]
 
 
-def accumulate_value_gradient(
-    model: ValueModel,
-    batch: SequenceBatch,
-    values_old: torch.Tensor,  # (N, L-1) values at rollout time
-    returns: torch.Tensor,  # (N, L-1) targets
-    micro_batch_size: int,
-    value_clip: float | None,
-    aggregation: str = "token-mean",
-    compute_dtype: torch.dtype = torch.float32,
-    sort_by_length: bool = True,
-    samples_per_prompt: int = 1,
-    chunk_norms: ChunkNorms | None = None,
-) -> dict:
-    """Sum the micro-batch gradients of the batch value loss into .grad, in two chunks of whole prompt groups, as the
-    actor does (`train.actor.accumulate_policy_gradient`). Returns loss statistics for the log."""
-    normalizer = max(loss_normalizer(batch.response_mask, aggregation), 1.0)
-    stats = {"loss/value": 0.0, "critic/value_clip_frac": 0.0}
-    for rows in iter_chunked_micro_batches(batch, micro_batch_size, samples_per_prompt, sort_by_length, aggregation,
-                                           chunk_norms):
-        mb, width = batch.select(rows)
-        weights = token_weights(mb.response_mask, aggregation, normalizer)  # (n, width)
-        with autocast(compute_dtype, batch.input_ids.device.type):
-            values = token_values(model, mb)  # (n, width)
-        loss, clip_frac = clipped_value_loss(values, values_old[rows, :width], returns[rows, :width], weights,
-                                             value_clip)
-        loss.backward()
-        stats["loss/value"] += loss.item()
-        stats["critic/value_clip_frac"] += clip_frac.item()
-    return stats
-
-
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float | None:
     """1 - Var(R - V) / Var(R) over response tokens: 1 is a perfect critic, 0 no better than a constant; None when
     the returns do not vary (every response scored the same), where it is undefined."""
@@ -112,7 +78,9 @@ class Critic:
     max_grad_norm: float | None
     aggregation: str
     compute_dtype: torch.dtype = torch.float32
+    sort_by_length: bool = True  # micro-batches of length-sorted rows (execution only: train.micro_batches)
     seed: int = 0  # the run's: with the step, it draws each update's halves (train.micro_batches)
+    name: ClassVar[str] = "critic"
 
     def values(self, batch: SequenceBatch) -> torch.Tensor:
         """(N, L - 1) values at rollout time, without gradients."""
@@ -122,21 +90,25 @@ class Critic:
     def update(self, batch: SequenceBatch, values_old: torch.Tensor, returns: torch.Tensor, step: int = 0) -> dict:
         """Every critic update of one rollout batch; statistics averaged over them, gradient norm before clipping,
         and the critic's gradient noise estimates (`gns/critic/grad_sq`, `gns/critic/trace_sigma`)."""
-
-        def accumulate(mini: SequenceBatch, rows: slice, width: int, chunk_norms: ChunkNorms) -> dict:
-            return accumulate_value_gradient(self.model, mini, values_old[rows, :width], returns[rows, :width],
-                                             self.plan.micro_batch_size, self.value_clip, self.aggregation,
-                                             self.compute_dtype, samples_per_prompt=self.plan.samples_per_prompt,
-                                             chunk_norms=chunk_norms)
-
-        records = run_updates("critic", self.model, self.optimizer, batch, self.plan, self.max_grad_norm, accumulate,
-                              self.seed, step)
+        loss = functools.partial(self.value_loss, values_old=values_old, returns=returns)
+        records = update_network(self, batch, loss, step)
         return {
             **mean_stats(records),
             "lr/critic": self.optimizer.param_groups[0]["lr"],
             "critic/explained_variance": explained_variance(values_old, returns, batch.response_mask),
             "critic/value_mean": float(values_old[batch.response_mask > 0].mean()),
         }
+
+    def value_loss(self, micro: SequenceBatch, rows: torch.Tensor, weights: torch.Tensor, values_old: torch.Tensor,
+                   returns: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The clipped value loss of one micro-batch, its `rows` of the rollout batch weighted by `weights`
+        (n, width), and its statistics; `values_old` (at rollout time) and `returns` are the rollout batch's (N, L-1)."""
+        width = weights.shape[1]
+        with autocast(self.compute_dtype, micro.input_ids.device.type):
+            values = token_values(self.model, micro)  # (n, width)
+        loss, clip_frac = clipped_value_loss(values, values_old[rows, :width], returns[rows, :width], weights,
+                                             self.value_clip)
+        return loss, {"loss/value": loss.item(), "critic/value_clip_frac": clip_frac.item()}
 
 
 def build_critic(policy_model: nn.Module, cfg, plan, compute_dtype: torch.dtype = torch.float32) -> Critic:

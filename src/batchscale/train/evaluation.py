@@ -12,6 +12,7 @@ import torch
 
 from batchscale.policy.policy import Policy
 from batchscale.rollout.base import SamplingParams
+from batchscale.tasks.base import prompt_text
 from batchscale.train.health import check_rewards
 
 
@@ -28,7 +29,7 @@ def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, r
         check_rewards(step, values, reward_spec, rollouts.texts, answers, what=what)
     metrics = {"eval/accuracy": float(np.mean(accuracy)), "eval/reward": float(np.mean(scores)),
                "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
-    kept = list(zip([e.prompt for e in examples], rollouts.texts, answers, map(float, scores)))[:examples_kept]
+    kept = list(zip([prompt_text(e.prompt) for e in examples], rollouts.texts, answers, map(float, scores)))[:examples_kept]
     return metrics, kept
 
 

@@ -19,15 +19,17 @@ give `gns/grad_sq` and `gns/trace_sigma` (telemetry.gradnoise), and an EMA held 
 The loop is handed its rollouts by a source (train.rollout_source): the current policy at the rollout boundary, or
 with `rollout.mode = "async"` a generator process (train.async_rollouts) whose P complete groups may have been
 sampled by older weights, and whose tokens the update weights by a truncated importance ratio (algorithms.offpolicy).
-After the actor's update the loop publishes the new weights to the source. The loop is otherwise the same.
+After the actor's update the loop publishes the new weights to the source (an asynchronous source times the copy and
+its lock wait as `time/sync_weights`, apart from `time/train`). The loop is otherwise the same.
 
 Health (train.health): a non-finite reward stops the run at its step before the update; a non-finite loss, gradient norm
 or score stops it before the record is written, leaving the run unfinished. A reward collapse is a warning in the
 console and in summary.json. An earlier run replaced with --overwrite is swapped out only once the new run finishes.
 
-Every record is also mirrored to the run's experiment trackers (`run.trackers`, telemetry.trackers), and each eval
-writes its first `run.log_samples` (prompt, response, reward) examples to samples.jsonl (rundir.samples) and to the
-trackers that hold tables; a tracker that fails is warned about once and training goes on.
+Every record goes out through one `train.recorder.Recorder`: metrics.jsonl, the run's experiment trackers
+(`run.trackers`, telemetry.trackers), and for each eval its first `run.log_samples` (prompt, response, reward) examples
+in samples.jsonl (rundir.samples) and the trackers that hold tables; a tracker that fails is warned about once and
+training goes on.
 
 Long runs: at the step boundaries `run.checkpoint_every_samples` names (by default once per 10 minutes of training),
 after that step's eval, the loop writes a checkpoint (train.checkpointing, rundir.checkpoint); `train(...,
@@ -48,22 +50,19 @@ import torch
 
 from batchscale.algorithms.advantages import AdvantageInputs
 from batchscale.algorithms.offpolicy import off_policy_targets
-from batchscale.config import AUTO_CHECKPOINT_S, Config, resolved_config, tracker_names
+from batchscale.config import AUTO_CHECKPOINT_S, Config
 from batchscale.files import staged_directory, writing
 from batchscale.policy.sequences import collate
-from batchscale.rundir import RunLog, StoppedRun, check_out_dir, run_dir_name, summarize_run
+from batchscale.rundir import StoppedRun, check_out_dir, summarize_run
 from batchscale.rundir.checkpoint import write_checkpoint
 from batchscale.rundir.lock import RunLock
-from batchscale.rundir.run import sweep_of
-from batchscale.rundir.samples import SamplesLog, read_samples, sample_rows
 from batchscale.rundir.staging import run_destination
-from batchscale.telemetry.trackers.base import DEFAULT_PROJECT, TrackedRun
-from batchscale.telemetry.trackers.mirror import TrackerMirror, open_trackers
 from batchscale.train.checkpointing import LoopState, capture
 from batchscale.train.evaluation import evaluate, greedy_rewards
-from batchscale.train.health import check_finite_record, check_parameters, check_rewards
+from batchscale.train.health import check_parameters, check_rewards
+from batchscale.train.recorder import Recorder
 from batchscale.train.rollout_source import RolloutSource, open_rollout_source
-from batchscale.train.run_facts import machine_facts, run_descriptor
+from batchscale.train.run_facts import machine_facts
 from batchscale.train.state import TrainingState, build_training_state
 
 
@@ -119,100 +118,66 @@ def train_into(run_dir: Path, state: TrainingState, source: RolloutSource, emit:
     too, and is asked first at the eval the checkpoint follows, if it follows one. `resumed`: the run directory is
     an interrupted run's (cut back to `loop`, or to nothing), whose tracker runs are replaced."""
     cfg, plan = state.cfg, state.plan
-    descriptor = run_descriptor(cfg)
-    runlog = RunLog(run_dir, descriptor, resolved_config(cfg))
-    samples_log = SamplesLog(run_dir)
     continuing = loop is not None
     loop = loop or LoopState(next_eval=cfg.run.eval_every_samples)
-
-    def warn(message: str) -> None:
-        loop.notes.append(message)
-        log(f"warning: {message}")
-
-    mirror = open_run_trackers(run_dir, cfg, warn, resumed, loop.records)
-    start = time.perf_counter() - loop.wall_s  # wall_s continues across a resume
-    last_checkpoint = time.perf_counter()
-    records, stopped = loop.records, None
-
-    def write(record: dict) -> None:
-        check_finite_record(record, plan.lr)  # nothing non-finite reaches the writer: the run stops unfinished here
-        runlog.write(record)
-        records.append(record)
-        mirror.log(record)
-        emit(record)
-
-    def eval_now(step: int) -> dict:
-        t0 = time.perf_counter()
-        metrics, examples = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step,
-                                     cfg.task.reward, cfg.run.log_samples)
-        record = {"kind": "eval", "step": step, "samples": loop.samples, "wall_s": time.perf_counter() - start,
-                  **metrics, "time/eval": time.perf_counter() - t0}
-        write(record)
-        rows = sample_rows(step, loop.samples, examples)
-        samples_log.write(rows)
-        mirror.log_samples(step, rows)
-        return record
-
-    def checkpoint_due(step: int) -> bool:
-        every = plan.checkpoint_every_steps
-        if step >= plan.num_steps or every == 0:
-            return False
-        return time.perf_counter() - last_checkpoint >= AUTO_CHECKPOINT_S if every is None else step % every == 0
-
+    recorder = Recorder(run_dir, state, loop, emit, log, resumed)
+    last_checkpoint, stopped = time.perf_counter(), None
     try:
         if not continuing:
-            eval_now(0)
-            stopped = stop(records) if stop is not None else None  # the target met before any step: N* = 0
-        elif stop is not None and records and records[-1]["kind"] == "eval":
-            stopped = stop(records)  # resumed after an eval: this process's rule (a rerun's race) on every record
+            eval_into(recorder, state, 0)
+            stopped = stop(loop.records) if stop is not None else None  # the target met before any step: N* = 0
+        elif stop is not None and loop.records and loop.records[-1]["kind"] == "eval":
+            stopped = stop(loop.records)  # resumed after an eval: this process's rule (a rerun's race) on every record
         while stopped is None and loop.step < plan.num_steps:
             loop.step += 1
             step = loop.step
             record = run_step(step, state, source)
             loop.samples += plan.samples_per_step
-            record.update(samples=loop.samples, wall_s=time.perf_counter() - start)
-            write(record)
+            record.update(samples=loop.samples, wall_s=recorder.wall_s())
+            recorder.write(record)
             check_parameters(step, state.policy.model, plan.lr)  # after the record: its finite numbers are kept
             if (warning := loop.collapse.update(record)) is not None:
-                loop.notes.append(warning)
-                log(f"warning: {warning}")
+                recorder.warn(warning)
             if loop.samples >= loop.next_eval or step == plan.num_steps:
-                eval_now(step)
+                eval_into(recorder, state, step)
                 while loop.next_eval <= loop.samples:
                     loop.next_eval += cfg.run.eval_every_samples
-                stopped = stop(records) if stop is not None else None
-            if stopped is None and checkpoint_due(step):
-                loop.wall_s = time.perf_counter() - start
+                stopped = stop(loop.records) if stop is not None else None
+            if stopped is None and checkpoint_due(plan, step, time.perf_counter() - last_checkpoint):
+                loop.wall_s = recorder.wall_s()
                 json_state, write_files = capture(state, loop)
-                write_checkpoint(run_dir, step, loop.samples, len(records), json_state, write_files,
+                write_checkpoint(run_dir, step, loop.samples, len(loop.records), json_state, write_files,
                                  cfg.run.keep_checkpoints)
                 last_checkpoint = time.perf_counter()
         if stopped is not None:
             log(f"stopped at {loop.samples:,} samples: {stopped.message}")
     finally:
-        runlog.close()  # the log keeps what was written; without a summary the run reads as unfinished
-        samples_log.close()
-        mirror.close()
+        recorder.close()
     if cfg.run.save_policy:
         save_policy(state, run_dir)
-    summary = summarize_run(descriptor, records, finished=True, machine=machine_facts(state), notes=loop.notes,
-                            stopped=stopped)
-    runlog.finish(summary)
+    summary = summarize_run(recorder.descriptor, loop.records, finished=True, machine=machine_facts(state),
+                            notes=loop.notes, stopped=stopped)
+    recorder.finish(summary)
     return summary.model_dump(mode="json")
 
 
-def open_run_trackers(run_dir: Path, cfg: Config, warn: Callable[[str], None], resumed: bool,
-                      records: list[dict]) -> TrackerMirror:
-    """The run's trackers (telemetry.trackers), named after its label and seed and grouped by its sweep; a resumed
-    run's replace the interrupted run's tracker runs with the records (and samples) kept."""
-    sweep = sweep_of(run_dir)
-    label = run_descriptor(cfg).label
-    tracked = TrackedRun(run_dir=Path(run_dir), home=sweep or Path(run_dir).absolute().parent,
-                         name=run_dir_name(label, cfg.run.seed), group=label,
-                         project=sweep.name if sweep else DEFAULT_PROJECT, sweep=sweep.name if sweep else None,
-                         config=resolved_config(cfg))
-    samples = read_samples(run_dir) if resumed else []
-    return open_trackers(tracker_names(cfg.run), tracked, warn, resumed, records, samples)
+def eval_into(recorder: Recorder, state: TrainingState, step: int) -> None:
+    """Greedy eval on the task's held-out set (train.evaluation), recorded with its examples."""
+    cfg, t0 = state.cfg, time.perf_counter()
+    metrics, examples = evaluate(state.policy, state.engine, state.task, cfg.sampling.max_new_tokens, step,
+                                 cfg.task.reward, cfg.run.log_samples)
+    recorder.write({"kind": "eval", "step": step, "samples": recorder.loop.samples, "wall_s": recorder.wall_s(),
+                    **metrics, "time/eval": time.perf_counter() - t0})
+    recorder.write_samples(step, examples)
+
+
+def checkpoint_due(plan, step: int, since_checkpoint_s: float) -> bool:
+    """Whether `step` ends with a checkpoint (plan: config.BatchPlan): every `checkpoint_every_steps` steps, or by
+    time when that is None (AUTO_CHECKPOINT_S of training since the last one); never after the last step."""
+    every = plan.checkpoint_every_steps
+    if step >= plan.num_steps or every == 0:
+        return False
+    return since_checkpoint_s >= AUTO_CHECKPOINT_S if every is None else step % every == 0
 
 
 POLICY_DIR = "policy"
@@ -261,15 +226,14 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
         advantages = algorithm.compute_advantages(inputs)  # (N, L-1)
         with timer.phase("train"):
             actor_stats = actor.update(batch, advantages, off_policy, step=step)
-            source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
+        source.publish(actor.model)  # an asynchronous generator may decode with the new weights from here on
         critic_stats = {}
         if algorithm.needs_critic:
             with timer.phase("train_critic"):
                 critic_stats = state.critic.update(batch, inputs.values, algorithm.compute_value_targets(inputs),
                                                    step=step)
     seconds = timer.reset()
-    lengths = np.array([len(r) for r in rollouts.response_ids])
-    groups = rewards.view(plan.prompts_per_step, plan.samples_per_prompt)
+    lengths, groups = np.array([len(r) for r in rollouts.response_ids]), rewards.view(plan.prompts_per_step, -1)
     eos_id = state.policy.tokenizer.eos_token_id
     return {
         "kind": "step",
@@ -284,7 +248,7 @@ def run_step(step: int, state: TrainingState, source: RolloutSource) -> dict:
         "response/truncated_frac": float(np.mean([eos_missing(r, eos_id) for r in rollouts.response_ids])),
         "tokens/generated": int(lengths.sum()),
         "rollout/active_mean": rollouts.stats.get("active_mean"),
-        # generate, train, step (+ generate_baseline, train_critic)
+        # generate, train, step (+ generate_baseline, train_critic; async: sync_weights, wait_for_samples)
         **{f"time/{phase}": phase_s for phase, phase_s in seconds.items()},
         "lr/actor": actor.optimizer.param_groups[0]["lr"],
         **actor_stats,  # grad_norm/actor, loss/policy, actor/clip_frac (+ loss/kl), gns/grad_sq, gns/trace_sigma

@@ -8,7 +8,7 @@ loop: whatever it runs (a generator process) starts on entry and stops on exit, 
 - `SyncRollouts` (`rollout.mode = "sync"`): the current policy generates the step's P x G responses at the rollout
   boundary, timed as `time/generate`; `publish` has nothing to do (the engine reads the model's own weights).
 - `train.async_rollouts.AsyncRollouts` (`rollout.mode = "async"`): a generator process streams finished groups,
-  possibly sampled by older weights; `publish` copies the new weights into shared memory.
+  possibly sampled by older weights; `publish` copies the new weights into shared memory (`time/sync_weights`).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def build_training_state(cfg: Config, log: Callable[[str], None] = print) -> Tra
     """The task (its data read and checked first), policy, engine, actor and critic of a run."""
     plan = derive_plan(cfg)
     algorithm = get_algorithm(cfg.algorithm.name)
-    task = build_task(cfg.task)
+    task = build_task(cfg.task, cfg.model.chat_template)
     try:
         return _build(cfg, plan, algorithm, task, log)
     except BaseException:

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "avx2_common.h"
+
 /* Two tile shapes: steps of a few rows (M < 4) take 2 x 4 tiles, so at one row four independent accumulator chains
  * stream four weight rows; larger steps take 4 x 3 tiles (12 accumulators, 3 widened weight vectors, the activations
  * as FMA memory operands: 15 of the 16 registers), where each widening (a shift on the FMA ports) serves 4 rows. */
@@ -30,13 +32,6 @@
 static inline __m256 load_bf16x8(const uint16_t *p) {
     __m128i half = _mm_loadu_si128((const __m128i *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
-}
-
-static inline float sum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
 }
 
 static inline float bf16_to_f32(uint16_t bits) {

@@ -21,24 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float hsum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
-
-static inline float hmax8(__m256 v) {
-    __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_max_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
-
-/* Lanes 0..left-1 set (left clamped to 8), for masked loads and stores of a tail. */
-static inline __m256i tail8(int64_t left) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+#include "avx2_common.h"
 
 /* exp(x) for 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 Taylor polynomial in r (relative error
  * < 2e-7), times 2^n built in the exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float: exp of
@@ -74,7 +57,7 @@ void add_rms_norm_f32(float *x, const float *delta, const float *g, float *y, in
             }
             squares = _mm256_fmadd_ps(v, v, squares);
         }
-        __m256 inv = _mm256_set1_ps(1.0f / sqrtf(hsum8(squares) / (float)D + eps));
+        __m256 inv = _mm256_set1_ps(1.0f / sqrtf(sum8(squares) / (float)D + eps));
         for (int64_t i = 0; i < D; i += 8) {
             __m256i mask = tail8(D - i);
             __m256 v = _mm256_mul_ps(_mm256_maskload_ps(xm + i, mask), inv);
@@ -123,7 +106,7 @@ void attention_f32(const float *q, int64_t q_row, const float *keys, const float
                 __m256i mask = tail8(D - i);
                 dot = _mm256_fmadd_ps(_mm256_maskload_ps(qh + i, mask), _mm256_maskload_ps(kh + j * D + i, mask), dot);
             }
-            scores[j] = hsum8(dot) * scale;
+            scores[j] = sum8(dot) * scale;
             if (scores[j] > top) top = scores[j];
         }
         __m256 sum = _mm256_setzero_ps();
@@ -134,7 +117,7 @@ void attention_f32(const float *q, int64_t q_row, const float *keys, const float
             _mm256_maskstore_ps(scores + j, mask, e);
             sum = _mm256_add_ps(sum, e);
         }
-        __m256 inv = _mm256_set1_ps(1.0f / hsum8(sum));
+        __m256 inv = _mm256_set1_ps(1.0f / sum8(sum));
         float *o = out + (m * H + h) * D;
         for (int64_t i0 = 0; i0 < D; i0 += 64) {  /* the weighted sum of values, 64 columns in 8 registers */
             __m256 a[8];

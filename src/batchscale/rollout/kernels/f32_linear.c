@@ -37,6 +37,7 @@ typedef __mmask16 tail_mask;
 #define HSUM(v) _mm512_reduce_add_ps(v)
 static inline tail_mask make_tail(int64_t left) { return (tail_mask)((1u << left) - 1u); }
 #else
+#include "avx2_common.h"
 #define NAME f32_linear
 #define NR 4
 #define LANES 8
@@ -49,12 +50,6 @@ typedef __m256i tail_mask;
 #define HSUM(v) sum8(v)
 static inline tail_mask make_tail(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-static inline float sum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
 }
 #endif
 

@@ -14,23 +14,7 @@
 #include <omp.h>
 #include <stdint.h>
 
-static inline __m256i lanes(int64_t left) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left < 8 ? (int)left : 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-static inline float sum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
-
-static inline float max8(__m256 v) {
-    __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_max_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
+#include "avx2_common.h"
 
 static inline __m256 exp8(__m256 x) {
     __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);  /* exp(-inf) and kin: exactly 0 */
@@ -56,7 +40,7 @@ static void sample_row(const float *l, int64_t V, const float *uniform, float in
     /* pass 1: the maximum, and whether any logit is NaN (unordered with itself) */
     __m256 vmax = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
     for (v = 0; v < V; v += 8) {
-        __m256i mask = lanes(V - v);
+        __m256i mask = tail8(V - v);
         __m256 x = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(l + v, mask),
                                     _mm256_castsi256_ps(mask));
         nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
@@ -73,7 +57,7 @@ static void sample_row(const float *l, int64_t V, const float *uniform, float in
     __m256 sum_e = _mm256_setzero_ps(), sum_1 = _mm256_setzero_ps();
     const int tempered = inv_temperature != 1.0f;
     for (v = 0; v < V; v += 8) {
-        __m256 mask = _mm256_castsi256_ps(lanes(V - v));
+        __m256 mask = _mm256_castsi256_ps(tail8(V - v));
         __m256 x = _mm256_sub_ps(_mm256_maskload_ps(l + v, _mm256_castps_si256(mask)), vm);
         __m256 e = _mm256_and_ps(exp8(_mm256_mul_ps(x, scale)), mask);
         if (uniform) _mm256_storeu_ps(scratch + v, e);

@@ -3,9 +3,9 @@
 For each batch B (sequences per optimizer update) we build one rollout batch from the built-in task: B prompts drawn
 with a fixed seed, each followed by its reference answer and <eos> as the response (the length a correct response has,
 without running the generator; plain prompts, as the trainer sends them with `model.chat_template = false`). The timed
-region is what the trainer's `train` phase does for a single-pass GRPO step: `accumulate_policy_gradient` over
-micro-batches (forward, clipped surrogate, backward) then `clip_and_step` (gradient clipping and an AdamW step). The
-advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
+region is what the trainer's `train` phase does for a single-pass GRPO step: `Actor.update`, the path runs take
+(`train.update`: two gradient chunks of micro-batches, each a forward, the clipped surrogate and a backward, with the
+chunk norms of the gradient noise scale; then gradient clipping and an AdamW step). The advantages are seeded per-sequence normal draws spread over the response tokens; their values do not change the cost.
 Each B gets one untimed warm-up update (it also allocates the optimizer state), then `repeats` timed updates with timers
 that synchronize the device; the median is reported. The built-in task's samples are ~11 tokens long, far shorter than
 RL responses (hundreds to thousands of tokens): on a GPU such an update is a few small matmuls per layer, its time is
@@ -40,10 +40,10 @@ from __future__ import annotations
 import statistics
 import time
 
+from batchscale.console import in_long_phase
 from batchscale.errors import UserError
+from batchscale.profile.options import load_profiled_policy, validate_micro_batch
 from batchscale.rundir import TrainingProfile
-from batchscale.systems.options import load_profiled_policy, validate_micro_batch
-from batchscale.train.progress import in_long_phase
 
 PEAK_DTYPES = ("float32", "bfloat16")
 
@@ -144,29 +144,35 @@ def update_flops(model, tokens: int, response_tokens: int) -> float:
     return 6.0 * (body * tokens + head.numel() * head_tokens)
 
 
-def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repeats: int, device,
-                compute_dtype=None) -> list[float]:
-    """Seconds of each of `repeats` full updates (after one untimed warm-up update); on CUDA the peak allocated memory
-    counts from the warm-up on."""
+def profiled_actor(policy, batch: int, micro_batch_size: int, compute_dtype, samples_per_prompt: int = 1):
+    """The actor that a run of single-pass GRPO updates of `batch` responses (`samples_per_prompt` per prompt, in
+    micro-batches of `micro_batch_size`) trains with: `train.actor.build_actor`, AdamW at the default settings,
+    clipping at 1.0."""
+    from batchscale.config import Config, derive_plan
+    from batchscale.train.actor import build_actor
+
+    cfg = Config.model_validate({"batch": {"prompts_per_step": batch // samples_per_prompt,
+                                           "samples_per_prompt": samples_per_prompt,
+                                           "micro_batch_size": micro_batch_size},
+                                 "run": {"budget_samples": batch}})
+    return build_actor(policy.model, cfg, derive_plan(cfg), compute_dtype)
+
+
+def time_update(actor, batch, advantages, repeats: int, device) -> list[float]:
+    """Seconds of each of `repeats` full updates, `Actor.update` as a run's `time/train` times it (after one untimed
+    warm-up update); on CUDA the peak allocated memory counts from the warm-up on."""
     import torch
 
     from batchscale.telemetry.timers import synchronize
-    from batchscale.train.actor import accumulate_policy_gradient
-    from batchscale.train.update_schedule import clip_and_step
-
-    def update():
-        accumulate_policy_gradient(model, batch, advantages, micro_batch_size, clip_eps=0.2,
-                                   compute_dtype=compute_dtype or torch.float32)
-        clip_and_step(model, optimizer, max_grad_norm=1.0)
 
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    update()
+    actor.update(batch, advantages)
     times = []
     for _ in range(repeats):
         synchronize(device)
         start = time.perf_counter()
-        update()
+        actor.update(batch, advantages)
         synchronize(device)
         times.append(time.perf_counter() - start)
     return times
@@ -174,7 +180,7 @@ def time_update(model, optimizer, batch, advantages, micro_batch_size: int, repe
 
 def padded_tokens(batch, micro_batch_size: int) -> int:
     """Token positions the update's micro-batches compute (`train.micro_batches.iter_gradient_chunks`, as
-    `accumulate_policy_gradient` runs them): each is trimmed to its own longest sequence."""
+    `train.update.update_network` runs them): each is trimmed to its own longest sequence."""
     from batchscale.train.micro_batches import iter_gradient_chunks
 
     return sum(len(rows) * batch.select(rows)[0].input_ids.shape[1]
@@ -190,12 +196,11 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     import torch
     from pydantic import ValidationError
 
-    from batchscale.config import ModelConfig, OptimConfig
+    from batchscale.config import ModelConfig
     from batchscale.cpu import native_bf16_cpu
     from batchscale.device import resolve_device
     from batchscale.systems.knee import fit_training_cost
-    from batchscale.systems.options import device_hardware, named_hardware
-    from batchscale.train.optimizer import build_optimizer
+    from batchscale.profile.options import device_hardware, named_hardware
     from batchscale.train.precision import COMPUTE_DTYPES, resolve_training_dtype
 
     validate_micro_batch(batches, micro_batch_size)
@@ -221,7 +226,6 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
     params = policy.num_params
     arithmetic = resolve_training_dtype(compute_dtype, policy.model.dtype, torch.device(device).type)
     arithmetic_name = str(arithmetic).removeprefix("torch.")
-    optimizer = build_optimizer(policy.model.parameters(), OptimConfig(), OptimConfig().lr)
 
     validate_lengths(prompt_tokens, response_tokens, getattr(policy.model.config, "max_position_embeddings", None))
     sequence_batches = {b: build_batch(policy, task, b, seed, device, prompt_tokens, response_tokens) for b in batches}
@@ -244,7 +248,9 @@ def profile_training(model: str = "tiny", dtype: str = "float32", batches: list[
         micro = micro_batch_size or b
         gen = torch.Generator().manual_seed(seed)
         advantages = torch.randn(b, 1, generator=gen).to(device) * batch.response_mask  # (B, L-1)
-        times = time_update(policy.model, optimizer, batch, advantages, micro, repeats, device, arithmetic)
+        actor = profiled_actor(policy, b, micro, arithmetic)
+        times = time_update(actor, batch, advantages, repeats, device)
+        del actor  # its optimizer state: the next batch's actor allocates its own
         seconds = statistics.median(times)
         tokens, response_tokens = int(batch.attention_mask.sum()), int(batch.response_mask.sum())
         flops = update_flops(policy.model, tokens, response_tokens)

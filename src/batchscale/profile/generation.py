@@ -25,10 +25,10 @@ import resource
 import statistics
 import time
 
+from batchscale.console import in_long_phase
 from batchscale.errors import UserError
+from batchscale.profile.options import load_profiled_policy
 from batchscale.rundir import GenerationProfile
-from batchscale.systems.options import load_profiled_policy
-from batchscale.train.progress import in_long_phase
 
 
 def build_workload(task, responses: int, samples_per_prompt: int, seed: int) -> list[str]:
@@ -121,7 +121,7 @@ def profile_generation(model: str = "tiny", dtype: str = "float32", concurrencie
     from batchscale.rollout import build_engine
     from batchscale.rollout.base import SamplingParams
     from batchscale.systems.knee import fit_saturating_throughput
-    from batchscale.systems.options import device_hardware, named_hardware
+    from batchscale.profile.options import device_hardware, named_hardware
 
     for name, value in (("repeats", repeats), ("waves", waves), ("min_responses", min_responses),
                         ("samples_per_prompt", samples_per_prompt)):

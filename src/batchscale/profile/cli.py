@@ -1,7 +1,7 @@
 """The `batchscale profile` sub-app: throughput measured on this machine.
 
-`profile generation`: rollout tokens/s vs concurrency and the knee (library: profile_generation.py); `profile
-training`: seconds per update vs batch, the cost law and matmul utilization (library: profile_training.py). With
+`profile generation`: rollout tokens/s vs concurrency and the knee (library: profile/generation.py); `profile
+training`: seconds per update vs batch, the cost law and matmul utilization (library: profile/training.py). With
 --json each prints its document (`rundir.GenerationProfile`, `rundir.TrainingProfile`), which `plan` and `report`
 read. Registered on the main app by one line at the end of batchscale/cli.py; torch is imported inside the commands.
 """
@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscale.errors import UserError
-from batchscale.systems.options import (DEFAULT_BATCHES, default_concurrencies, parse_batches, parse_concurrencies,
+from batchscale.profile.options import (DEFAULT_BATCHES, default_concurrencies, parse_profile_batches, parse_concurrencies,
                                         validate_micro_batch)
 
 ThreadsOption = Annotated[Optional[int], typer.Option(help="torch intra-op threads (default: torch's)")]
@@ -123,7 +123,7 @@ def generation(
     """Tokens/s and responses/s vs rollout concurrency, and the critical generation batch (the knee)."""
     levels = parse_concurrencies(concurrency) if concurrency else default_concurrencies(max_concurrency)
     set_threads(threads)
-    from batchscale.systems.profile_generation import profile_generation
+    from batchscale.profile.generation import profile_generation
 
     result = profile_generation(model, dtype, levels, backend, samples_per_prompt, max_new_tokens, temperature,
                                 top_p, repeats, waves, min_responses, seed, device,
@@ -152,10 +152,10 @@ def training(
     json_out: JsonOption = False,
 ) -> None:
     """Seconds per policy update vs batch size, the fit time = a + b * tokens, and utilization of the matmul peak."""
-    levels = parse_batches(batches)
+    levels = parse_profile_batches(batches)
     validate_micro_batch(levels, micro_batch_size)
     set_threads(threads)
-    from batchscale.systems.profile_training import profile_training
+    from batchscale.profile.training import profile_training
 
     result = profile_training(model, dtype, levels, micro_batch_size, repeats, seed, device,
                               log=lambda message: typer.echo(message, err=True), compute_dtype=compute_dtype,

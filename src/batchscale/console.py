@@ -1,10 +1,9 @@
-"""Live progress for training, and plain progress lines for logs.
+"""What every long phase prints: a rich display in a terminal, plain lines and heartbeats in a pipe.
 
-In a terminal, a training run draws a rich bar of samples done out of the budget, with reward, eval accuracy and ETA.
 A rich display draws nothing when its console is not a terminal (`make demo > log`, `| tee`, CI, a Ray task's log),
-so there the same facts go out as plain lines instead: one per eval, and a heartbeat line whenever `HEARTBEAT_S`
-seconds pass with nothing printed. `long_phase` gives the same guarantee to a long phase outside a run (the tiny
-model's warm start, the profiles); `batchscale.sweep.progress.SweepProgress` to a sweep.
+so there progress goes out as plain lines instead, and a heartbeat line whenever `HEARTBEAT_S` seconds pass with
+nothing printed (`Heartbeat`). `long_phase` gives that guarantee to a long phase outside a run (the tiny model's warm
+start before a sweep, the profiles); a training run's bar is `train.run_progress`, a sweep's `sweep.progress`.
 
 Everything is drawn on stderr (`console`) so that stdout stays clean for `--json`.
 """
@@ -17,13 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from rich.console import Console
-from batchscale.markup import console_text as escape  # names are data: controls and bidi shown inert
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from batchscale.config import Config, derive_plan
 
 console = Console(stderr=True)
 
@@ -31,6 +25,8 @@ console = Console(stderr=True)
 def print_plain(line: str) -> None:
     """A log line on the console as it is: labels and paths in it are data, never rich markup."""
     console.print(line, markup=False, highlight=False)
+
+
 HEARTBEAT_S = 30.0  # a log hears from a quiet phase at least this often
 
 
@@ -184,69 +180,3 @@ def in_long_phase(title: str):
                 return fn(*bound.args, **bound.kwargs)
         return wrapper
     return decorate
-
-
-def training_progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("samples  reward {task.fields[reward]}  eval {task.fields[accuracy]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-    )
-
-
-def train_with_progress(cfg: Config, out_dir: Path, overwrite: bool = False,
-                        heartbeat_s: float = HEARTBEAT_S, resume: bool = False) -> tuple[dict, Path]:
-    """Train (or with `resume`, continue) one run with live progress: the rich bar in a terminal, plain eval and
-    heartbeat lines elsewhere."""
-    from batchscale.train.loop import train
-
-    plan = derive_plan(cfg)
-    total = plan.num_steps * plan.samples_per_step
-    if not draws_live(console):
-        return _train_plain(cfg, out_dir, overwrite, f"{plan.label} seed {cfg.run.seed}", total, heartbeat_s, resume)
-    with training_progress() as progress:
-        bar = progress.add_task(escape(f"{plan.label} s{cfg.run.seed}"), total=total, reward="-", accuracy="-")
-
-        def on_record(record: dict) -> None:
-            if record["kind"] == "step":
-                progress.update(bar, completed=record["samples"], reward=f"{record['reward/mean']:.3f}")
-            else:
-                progress.update(bar, accuracy=f"{record['eval/accuracy']:.3f}")
-
-        summary = train(cfg, out_dir, overwrite, on_record=on_record, resume=resume,
-                        log=lambda line: progress.console.print(line, markup=False, highlight=False))
-    return summary, Path(out_dir)
-
-
-def _train_plain(cfg: Config, out_dir: Path, overwrite: bool, name: str, total: int,
-                 heartbeat_s: float, resume: bool = False) -> tuple[dict, Path]:
-    from batchscale.train.loop import train
-
-    start = time.monotonic()
-    state = {"samples": 0, "reward": None}
-
-    def where() -> str:
-        reward = "" if state["reward"] is None else f", reward {state['reward']:.3f}"
-        return f"{state['samples']:,}/{total:,} samples{reward}, {format_duration(time.monotonic() - start)}"
-
-    heartbeat = Heartbeat(console, heartbeat_s, lambda: f"{name}: at {where()}")
-
-    def on_record(record: dict) -> None:
-        with heartbeat.lock:
-            state["samples"] = max(state["samples"], record.get("samples", 0))
-            if record["kind"] == "step":
-                state["reward"] = record["reward/mean"]
-            else:
-                heartbeat.say(f"{name}: eval {record['eval/accuracy']:.3f} at {where()}")
-
-    heartbeat.start()
-    try:
-        summary = train(cfg, out_dir, overwrite, on_record=on_record, log=heartbeat.say, resume=resume)
-    finally:
-        heartbeat.close()
-    return summary, Path(out_dir)

@@ -33,7 +33,7 @@ def parse_concurrencies(text: str) -> list[int]:
 DEFAULT_BATCHES = "8,16,32,64,128"
 
 
-def parse_batches(text: str) -> list[int]:
+def parse_profile_batches(text: str) -> list[int]:
     """'16,32,64' -> [16, 32, 64] (sorted, unique); every batch must be an integer >= 1."""
     return parse_positive_ints(text, "batches", "16,32,64")
 
