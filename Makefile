@@ -32,7 +32,8 @@ test: install
 # The engine's kernel tests as an AVX2-only CPU runs them (on an AVX-512 machine too): src/batchscale/cpu.py
 test-avx2: install
 	BATCHSCALE_CPU_CAPABILITY=avx2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest tests/test_rollout_fused_f32.py \
-		tests/test_rollout_weights.py tests/test_rollout_sampling_native.py tests/test_rollout_engine.py
+		tests/test_rollout_weights.py tests/test_rollout_sampling_native.py tests/test_rollout_engine.py \
+		tests/test_rollout_tuning.py
 
 # The GPU check (benchmarks/gpu_check.sh, README "On a GPU"): the wheels the lent machine lacks, for its Python 3.12,
 # into the ignored .whl/ that travels with the tree; and the check rehearsed here in an imitation of that machine.

@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 
 from batchscale.config import ModelConfig, TaskConfig
-from batchscale.cpu import capability_override
+from batchscale.cpu import capability_override, kernel_flags
 from batchscale.policy.load import load_policy
 from batchscale.rollout import build_engine
 from batchscale.rollout.base import SamplingParams
@@ -297,7 +297,8 @@ def main() -> None:
     engine_dtype = build_engine("engine", policy).decoder.dtype
     print(f"model {args.model} ({args.dtype}; engine computes in {str(engine_dtype).removeprefix('torch.')}), "
           f"{args.threads} thread(s), G={args.samples_per_prompt}, max_new_tokens {args.max_new_tokens}, "
-          f"temperature 1, top_p 1, median of {args.repeats} alternating repeats")
+          f"temperature 1, top_p 1, median of {args.repeats} alternating repeats; load average "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     for backend in backends:
         if isinstance(backend, Worker):
             print(f"{backend.name} {backend.version}: start {backend.start_s:.0f} s")
@@ -354,13 +355,18 @@ def main() -> None:
     if budget.skipped:
         print(f"skipped within the {args.time_limit_s:.0f} s limit (not measured): " + "; ".join(
             f"{s['backend']} at {s['concurrency']} ({s['reason']})" for s in budget.skipped))
-    print(f"run took {budget.elapsed_s():.0f} s")
+    engine = next((b.engine for b in backends if b.name == "engine" and b.engine is not None), None)
+    plan = engine.decoder.plan.to_json() if engine is not None and engine.decoder.plan else None
+    print(f"engine decode plan (rollout/tuning.py): {plan}; kernel flags {' '.join(kernel_flags())}")
+    print(f"run took {budget.elapsed_s():.0f} s; load average (1, 5, 15 min) at its end: "
+          + ", ".join(f"{x:.1f}" for x in os.getloadavg()))
     for backend in backends:
         if isinstance(backend, Worker):
             backend.close()
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "roofline_tokens_per_s": roofline, "rows": rows,
+                                         "roofline_tokens_per_s": roofline, "rows": rows, "engine_plan": plan,
+                                         "kernel_flags": kernel_flags(), "load_average": os.getloadavg(),
                                          "skipped": budget.skipped}, indent=1) + "\n")
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The engine times its decode plans at first use and caches the winner (rollout/tuning.py). The suite takes the
+# untimed defaults, so that every run decodes the same way; tests/test_rollout_tuning.py times where it tests timing.
+# BATCHSCALE_DECODE_TUNING=auto in the environment runs the whole suite on timed plans instead.
+os.environ.setdefault("BATCHSCALE_DECODE_TUNING", "off")
 
 
 @pytest.fixture(scope="session")

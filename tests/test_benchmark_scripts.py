@@ -72,6 +72,23 @@ def test_engine_variants_benchmark_runs(random_model_dir):
     assert bad.returncode != 0 and "unknown variant 'fast'" in bad.stderr
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: two levels, each timed phase by phase
+def test_decode_breakdown_benchmark_splits_a_step(tmp_path, random_model_dir):
+    """decode_breakdown.py: the phases of a generate call add up to its time; each level names its path and plan."""
+    out = tmp_path / "breakdown.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "decode_breakdown.py"), "--model", str(random_model_dir), "--dtype",
+         "float32", "--levels", "1,4", "--max-new-tokens", "3", "--repeats", "2", "--min-responses", "4",
+         "--context", "8", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    levels = json.loads(out.read_text())["levels"]
+    assert set(levels) == {"1", "4"} and "python and scheduling" in done.stdout
+    for level in levels.values():
+        parts = level["generate"]["ms_per_step"]
+        assert sum(ms for name, ms in parts.items() if name != "total") == pytest.approx(parts["total"])
+        assert level["step"]["phases"]["whole step (decode + sampling)"]["ms"] > 0 and level["roofline_ms"] > 0
+
+
 @pytest.mark.skipif(native.bf16_linear_kernel("avx512_bf16") is None, reason="AVX512-BF16 kernels unavailable")
 def test_sampling_benchmark_runs():
     done = subprocess.run([sys.executable, str(BENCHMARKS / "sampling.py"), "--rows", "2", "--vocab", "100",

@@ -20,7 +20,7 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # widens bf16 weights in registers (CPUs without native bf16); "avx512_bf16" keeps activations in bf16 and multiplies
 # with vdpbf16ps (CPUs with native bf16).
 KERNEL_PATH_FLAGS = {"avx2": frozenset({"avx2", "fma"}),
-                     "avx512_bf16": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"})}
+                     "avx512_bf16": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "fma"})}
 CAPABILITY_ENV = "BATCHSCALE_CPU_CAPABILITY"
 CAPABILITIES = {"avx2": ("avx512", "amx")}  # capability -> the prefixes of the flags it hides
 

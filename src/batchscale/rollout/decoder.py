@@ -6,15 +6,17 @@ every generate call, so an optimizer step on the policy is seen by the next call
 `LlamaDecoderLayer` computes: RMSNorm, rotary embeddings (the model's own tables), attention over the KV cache, the
 gated MLP.
 
-Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.resolve_kernel picks "avx512_bf16"), a decode
-step instead makes one native call per small op (`_decode_fused`: residual add + RMSNorm, RoPE, attention over each
-row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
-NATIVE_SMALL_BATCH_ROWS sequences (there a whole layer is one call), torch's bf16 GEMM over pre-packed matrices above
+Where a bf16 model decodes in bf16 on a CPU with AVX512-BF16 (weights.kernel_candidates offers "avx512_bf16"), a
+decode step instead makes one native call per small op (`_fused_layers`: residual add + RMSNorm, RoPE, attention over
+each row's own cached positions, silu * up; kernels/decode_avx512.c) and multiplies with the AVX512-BF16 kernel up to
+the plan's row count (there a whole layer is one call), torch's bf16 GEMM over pre-packed matrices above
 (weights.onednn_linear, also for prefill). It departs from HF's bf16 arithmetic in rounding only:
 each fused op rounds its float32 result once to bf16, where torch rounds after every elementwise op.
-The AVX2 kernels ("avx2": a bf16 model decoded in float32; "f32": a float32 model on a CPU without the AVX-512 path)
-take the same route in float32 (kernels/decode_avx2.c): one call per layer up to their small-batch rows, the fused
+The float32 kernels ("avx2": a bf16 model decoded in float32; "f32" and "f32_avx512": a float32 model, 8 or 16 lanes)
+take the same route in float32 (kernels/decode_avx2.c): one call per layer up to the plan's row count, the fused
 small ops around torch's float32 GEMM above; the result is torch's float32 decode up to summation order.
+Which kernel, how it walks the weights and up to how many sequences is the decode plan: timed at the first `sync` and
+cached per CPU and model shape (tuning.py), or set by `use_plan`; `probe_step` is what the timing runs.
 
 The cache is one (slots, kv_heads, length, head_dim) tensor per layer for keys and one for values, allocated once and
 grown only when a call needs more slots or a longer context. A row of the cache belongs to one sequence while it
@@ -33,12 +35,11 @@ import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
 from batchscale.errors import UserError
-from batchscale.rollout import native
-from batchscale.rollout.weights import (LayerWeights, PackedWeights, resolve_gemm, resolve_generation_dtype,
-                                        resolve_kernel)
+from batchscale.rollout import native, tuning
+from batchscale.rollout.weights import (KERNEL_LINEAR, LayerWeights, Matrices, PackedWeights, kernel_candidates,
+                                        resolve_gemm, resolve_generation_dtype)
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
-FUSED_KERNELS = ("avx512_bf16", "avx2", "f32")  # the kernels (weights.KERNEL_LINEAR) whose decode steps are fused
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
@@ -83,13 +84,16 @@ class SlotDecoder:
         self.act = F.silu if config.hidden_act == "silu" else ACT2FN[config.hidden_act]
         weight = self.body.embed_tokens.weight
         self.dtype = resolve_generation_dtype(compute_dtype, weight.dtype, weight.device)
-        kernel, rows = resolve_kernel(compute_dtype, weight.dtype, self.dtype, weight.device)
+        self.kernels = kernel_candidates(compute_dtype, weight.dtype, self.dtype, weight.device)  # [(kernel, rows)]
+        kernel, rows = self.kernels[0] if self.kernels else (None, 0)
         self.packed = PackedWeights(self.dtype, rows, kernel,
                                     onednn=resolve_gemm(compute_dtype, self.dtype, weight.device))
+        self.plan: tuning.DecodePlan | None = None  # the timed choice among the kernels' plans, made at the first sync
+        tuning.tuning_mode()  # a bad BATCHSCALE_DECODE_TUNING fails here, before any compute
         # the native kernels' decode: the fused small ops of kernels/decode_avx512.c (bf16 on a CPU with native bf16)
         # or kernels/decode_avx2.c (float32 arithmetic, bf16 or float32 matrices); not for qwen3's q/k norms or a gate
         # activation other than silu, which keep the torch path
-        self.fused = (kernel in FUSED_KERNELS and config.hidden_act == "silu"
+        self.fused = (kernel is not None and config.hidden_act == "silu"
                       and getattr(attn, "q_norm", None) is None)
         self.bf16_matrices = kernel in ("avx2", "avx512_bf16")  # what the small-batch matrices hold
         self._pointers, self._pointer_key = [], None  # native.layer_pointers of the current pack (fused path)
@@ -104,8 +108,16 @@ class SlotDecoder:
         return self.body.embed_tokens.weight.device
 
     def sync(self) -> None:
-        """Read the model's current weights (re-packs only what an optimizer step changed since the last call)."""
+        """Read the model's current weights (re-packs only what an optimizer step changed since the last call). The
+        first call also settles how small steps decode (tuning.choose_plan: a cached or freshly timed plan)."""
         self.weights = self.packed.current(self.model)
+        if self.plan is None and self.fused and self.packed.kernel is not None:
+            self.use_plan(tuning.choose_plan(self))
+
+    def use_plan(self, plan: tuning.DecodePlan) -> None:
+        """Decode small steps as `plan` says from now on (before the first sync: no timing happens)."""
+        self.plan = plan
+        self.packed.use(plan.kernel, plan.walk, plan.small_batch_rows)
 
     def reserve(self, slots: int, length: int) -> None:
         """Make the cache hold at least `slots` rows of `length` positions (reallocates only to grow)."""
@@ -119,6 +131,11 @@ class SlotDecoder:
             dummy = torch.zeros((), dtype=self.dtype, device=self.device)
             cos, sin = self.body.rotary_emb(dummy, positions)  # (1, length, head_dim), the model's own RoPE
             self.cos, self.sin = cos[0], sin[0]
+
+    def drop_cache(self) -> None:
+        """Free the cache (the next reserve allocates what it asks for): after tuning.py's probes, so their 16 rows
+        do not stay with a decoder that decodes one sequence at a time."""
+        self.keys, self.values, self.slots, self.length = [], [], 0, 0
 
     def move_row(self, src: int, dst: int, length: int) -> None:
         """Copy one sequence's cache (its first `length` positions) from row src to row dst."""
@@ -206,15 +223,31 @@ class SlotDecoder:
         each op's result is rounded once to bf16, in float32 only the summation order differs. The residual add is
         fused into the next RMSNorm. The logits are the LM head's own output (bf16 ones go to sampling's native
         pass)."""
-        batch, heads, kv_heads, dim = tokens.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
-        rows, positions = torch.arange(batch), positions.contiguous()
-        lengths = positions + 1  # (B,) cache positions each row attends to
-        matrices = self.weights.for_batch(batch)
-        layers, lm_head, linear = matrices.layers, matrices.lm_head, matrices.linear
+        matrices = self.weights.for_batch(tokens.shape[0])
         x = F.embedding(tokens, self.weights.embed)  # (B, d), updated in place by add_rms_norm
+        delta = self._fused_layers(x, matrices, positions.contiguous())
+        return matrices.linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), matrices.lm_head, None)
+
+    def probe_step(self, batch: int, small: bool, layer_count: int, head: bool = True) -> None:
+        """The first `layer_count` layers of a decode step of `batch` sequences (and the LM head), through the
+        kernel's one-call layers (`small`) or the GEMM path: what tuning.py times. Writes cache rows 0..batch-1 at
+        position 31, so call it only while no row holds a prompt (before a generate call's schedule starts)."""
+        self.reserve(batch, 32)
+        matrices = self.weights.small_batch if small else self.weights.gemm
+        x = F.embedding(torch.zeros(batch, dtype=torch.long), self.weights.embed)  # (B, d)
+        delta = self._fused_layers(x, matrices, torch.full((batch,), 31), layer_count)
+        if head:
+            matrices.linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), matrices.lm_head, None)
+
+    def _fused_layers(self, x: torch.Tensor, matrices: Matrices, positions: torch.Tensor,
+                      layer_count: int | None = None) -> torch.Tensor:
+        """The layers (the first `layer_count`) of a fused decode step for rows 0..B-1 of x (B, d) at positions (B,):
+        x updated in place, the last layer's MLP output (B, d) returned, not yet added to x."""
+        batch, heads, kv_heads, dim = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        rows, lengths = torch.arange(batch), positions + 1  # (B,) cache positions each row attends to
+        layers, linear = matrices.layers[:layer_count], matrices.linear
         if matrices is self.weights.small_batch:  # a few sequences: each layer is one native call (same ops, order)
-            delta = self._decode_layers(x, layers, positions, lengths)
-            return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None)
+            return self._decode_layers(x, layers, positions, lengths)
         delta = None  # the previous layer's MLP output, added to x by the next norm
         for w, key_cache, value_cache in zip(layers, self.keys, self.values):
             qkv = linear(native.add_rms_norm(x, delta, w.input_norm, self.eps), w.qkv, w.qkv_bias)  # (B, (H+2H_kv)D)
@@ -225,20 +258,24 @@ class SlotDecoder:
             out = native.attention(qkv, heads, key_cache, value_cache, lengths, self.scaling)  # (B, H D)
             hidden = native.add_rms_norm(x, linear(out, w.o, w.o_bias), w.post_norm, self.eps)  # (B, d)
             delta = linear(native.silu_mul(linear(hidden, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
-        return linear(native.add_rms_norm(x, delta, self.weights.final_norm, self.eps), lm_head, None)
+        return delta
 
     def _decode_layers(self, x: torch.Tensor, layers, positions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Every layer through native.decode_layer; returns the last layer's MLP output (B, d), not yet added to x."""
-        if self._pointer_key != (self.packed.key, id(layers)):  # re-made after every re-pack
-            self._pointers = [native.layer_pointers(w) for w in layers]
-            self._pointer_key = (self.packed.key, id(layers))
+        """Each of `layers` (the small-batch set's, or its first few) through native.decode_layer; returns the last
+        one's MLP output (B, d), not yet added to x."""
+        small_batch = self.weights.small_batch.layers
+        if self._pointer_key != (self.packed.key, id(small_batch)):  # re-made after every re-pack
+            self._pointers = [native.layer_pointers(w) for w in small_batch]
+            self._pointer_key = (self.packed.key, id(small_batch))
         batch, d = x.shape
         heads, kv_heads, dim = self.num_heads, self.num_kv_heads, self.head_dim
         ffn = layers[0].down.shape[1]
         shape = torch.tensor([d, heads, kv_heads, dim, ffn, self.length])
         scratch = torch.empty(batch * (2 * d + (2 * heads + 2 * kv_heads) * dim + 3 * ffn), dtype=x.dtype)
         delta = torch.empty_like(x)
-        for i, (pointers, key_cache, value_cache) in enumerate(zip(self._pointers, self.keys, self.values)):
+        for i, (pointers, key_cache, value_cache) in enumerate(zip(self._pointers[: len(layers)], self.keys,
+                                                                   self.values)):
             native.decode_layer(x, delta if i else None, pointers, key_cache, value_cache, self.cos, self.sin,
-                                positions, lengths, scratch, delta, shape, self.eps, self.scaling, self.bf16_matrices)
+                                positions, lengths, scratch, delta, shape, self.eps, self.scaling, self.bf16_matrices,
+                                self.packed.walk, KERNEL_LINEAR[self.packed.kernel][0])
         return delta

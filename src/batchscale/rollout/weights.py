@@ -27,6 +27,12 @@ should if the decoder reads the model's modules as they are:
   `onednn_linear`: bit-identical to F.linear, and 15-30% less time per decode step at 8-64 sequences (BENCHMARKS.md).
   The price is memory: one more copy of every matrix and of the LM head (SmolLM2-135M: +268 MB), beside the plain
   ones the small-batch kernel reads.
+- the pages: the matrices the small-batch kernel reads (and the LM head) are copied into one arena of 2 MiB pages
+  (hugepages.py), where the hardware prefetchers run on past what would be 4 KiB page boundaries. Where the model's
+  own parameters were read in place before (a bf16 model's o and down projections and tied head on a CPU with native
+  bf16; a float32 model's), that copy costs their size once more (SmolLM2-135M: +130 MB in bf16, +260 MB in float32).
+- the kernel, its walk over the weights and the row counts above are defaults: the decoder settles them per CPU and
+  model shape by timing (tuning.py) and sets them with `PackedWeights.use`, without a re-pack.
 
 The pack is a copy, so it must follow the optimizer: `PackedWeights.current(model)` re-packs whenever a parameter's
 storage or in-place version counter changed since the last pack (an optimizer step bumps every updated parameter's
@@ -37,7 +43,7 @@ rollout batch; the tiny model's pack is negligible.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Callable
 
 import torch
@@ -46,9 +52,11 @@ import torch.nn.functional as F
 from batchscale.cpu import native_bf16_cpu
 from batchscale.device import native_bf16
 from batchscale.rollout import native
-from batchscale.rollout.native import bf16_linear, bf16_linear_kernel, bf16_linear_native
+from batchscale.rollout.hugepages import HugePageArena, arena_bytes
+from batchscale.rollout.native import KernelPlan, bf16_linear, bf16_linear_kernel, bf16_linear_native
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+KERNEL_MATRICES = {"avx2": "bf16 copies", "avx512_bf16": "pack", "f32": "pack", "f32_avx512": "pack"}  # what each reads
 
 
 SMALL_BATCH_ROWS = 16  # up to here the AVX2 kernel beat float32 GEMM on an AVX2-only CPU (BENCHMARKS.md)
@@ -57,30 +65,41 @@ F32_SMALL_BATCH_ROWS = 16  # the float32 kernel beat torch's float32 GEMM at 1-2
 # conservative side for AVX2-only CPUs, where torch's float32 GEMM was relatively stronger (BENCHMARKS.md)
 
 
-def f32_linear_avx512(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    return native.f32_linear(x, weight, bias, "avx512_bf16")
+def f32_linear_avx512(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      plan: KernelPlan = native.DEFAULT_PLAN) -> torch.Tensor:
+    return native.f32_linear(x, weight, bias, "avx512_bf16", plan)
 
 
 # the kernel a small decode step uses -> (the native library it lives in, its linear): "avx2" multiplies float32
 # activations by bf16 weights, "avx512_bf16" bf16 by bf16, "f32" and "f32_avx512" float32 by float32
 KERNEL_LINEAR = {"avx2": ("avx2", bf16_linear), "avx512_bf16": ("avx512_bf16", bf16_linear_native),
                  "f32": ("avx2", native.f32_linear), "f32_avx512": ("avx512_bf16", f32_linear_avx512)}
+# how each kernel walks its weights until a timed plan says otherwise (rollout/tuning.py): as each was tuned, the
+# AVX2 builds with the prefetch about one column tile ahead that the Sapphire Rapids VM needed
+DEFAULT_WALKS = {"avx2": KernelPlan(prefetch_bytes=4096), "f32": KernelPlan(prefetch_bytes=4096),
+                 "avx512_bf16": KernelPlan(), "f32_avx512": KernelPlan()}
 
 
-def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
-                   device: torch.device) -> tuple[str | None, int]:
-    """(kernel, rows): the native kernel small decode steps use (a key of KERNEL_LINEAR) and the most sequences a step
-    may hold to use it ((None, 0): never). Only "auto" uses a kernel, only on a CPU, and only where its library builds
-    (rollout/native.py): "avx2" for a bf16 model decoded in float32, "avx512_bf16" for one decoded in bf16,
-    "f32_avx512" (else "f32", AVX2) for a float32 model."""
+def kernel_candidates(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
+                      device: torch.device) -> list[tuple[str, int]]:
+    """[(kernel, rows)]: the native kernels small decode steps may use here (keys of KERNEL_LINEAR, the default
+    first) and the most sequences a step may hold to use each until a timed plan says otherwise. Only "auto" uses a
+    kernel, only on a CPU, and only where its library builds (rollout/native.py): "avx2" for a bf16 model decoded in
+    float32, "avx512_bf16" for one decoded in bf16, "f32_avx512" and "f32" (AVX2) for a float32 model; those last two
+    read the same matrices, so a timed plan may pick either."""
     if setting != "auto" or device.type != "cpu":
-        return None, 0
+        return []
     candidates = {(torch.bfloat16, torch.float32): [("avx2", SMALL_BATCH_ROWS)],
                   (torch.bfloat16, torch.bfloat16): [("avx512_bf16", NATIVE_SMALL_BATCH_ROWS)],
                   (torch.float32, torch.float32): [("f32_avx512", F32_SMALL_BATCH_ROWS), ("f32", F32_SMALL_BATCH_ROWS)],
                   }.get((model_dtype, compute_dtype), [])
-    return next(((kernel, rows) for kernel, rows in candidates if bf16_linear_kernel(KERNEL_LINEAR[kernel][0])),
-                (None, 0))
+    return [(kernel, rows) for kernel, rows in candidates if bf16_linear_kernel(KERNEL_LINEAR[kernel][0])]
+
+
+def resolve_kernel(setting: str, model_dtype: torch.dtype, compute_dtype: torch.dtype,
+                   device: torch.device) -> tuple[str | None, int]:
+    """(kernel, rows): the default of kernel_candidates ((None, 0): no kernel)."""
+    return next(iter(kernel_candidates(setting, model_dtype, compute_dtype, device)), (None, 0))
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -205,19 +224,62 @@ def _onednn_matrices(layers: list[LayerWeights], lm_head: torch.Tensor) -> Matri
     return Matrices(packed, onednn_pack(lm_head), None, onednn_linear)
 
 
+MATRIX_NAMES = ("qkv", "o", "gate_up", "down")
+
+
 class PackedWeights:
     """The model's decode weights in `dtype`, re-packed only when a parameter changed; `small_batch` holds what the
-    native kernel `kernel` (a key of KERNEL_LINEAR, or None) reads when `small_batch_rows` > 0, `gemm` (with `onednn`)
-    the oneDNN-packed matrices every other step reads."""
+    native kernel `kernel` (a key of KERNEL_LINEAR, or None) reads, walked as `walk` says, when `small_batch_rows` > 0
+    (in huge pages where the OS gives them: `huge_page_bytes`), `gemm` (with `onednn`) the oneDNN-packed matrices
+    every other step reads. `use` switches kernel, walk and rows without a re-pack (rollout/tuning.py's plan)."""
 
     def __init__(self, dtype: torch.dtype, small_batch_rows: int = 0, kernel: str | None = None,
-                 onednn: bool = False):
+                 onednn: bool = False, walk: KernelPlan | None = None):
         self.dtype, self.small_batch_rows, self.kernel, self.onednn = dtype, small_batch_rows, kernel, onednn
+        self.walk = walk or DEFAULT_WALKS.get(kernel, KernelPlan())
         self.key: tuple | None = None
         self.layers: list[LayerWeights] = []
         self.embed = self.final_norm = self.lm_head = None
         self.small_batch: Matrices | None = None
         self.gemm: Matrices | None = None
+        self.huge_pages = True  # whether the kernel's matrices go to huge pages (False: to compare, engine_variants.py)
+        self.arena: HugePageArena | None = None  # where they live, reused by every re-pack
+        self.huge_page_bytes = 0
+
+    def _arena_for(self, layers: list[LayerWeights], head: torch.Tensor) -> HugePageArena | None:
+        """The arena for the kernel's matrices (the previous pack's where they fit: it holds nothing else), or None
+        where huge pages are not wanted or the OS has none to give."""
+        if not (self.huge_pages and HugePageArena.available()):
+            return None
+        nbytes = arena_bytes([getattr(w, name) for w in layers for name in MATRIX_NAMES] + [head])
+        if self.arena is None or not self.arena.reuse(nbytes):
+            self.arena = None  # the old one goes with the old pack's tensors
+            self.arena = HugePageArena(nbytes)
+        return self.arena
+
+    def _place(self, layers: list[LayerWeights], head: torch.Tensor) -> tuple[list[LayerWeights], torch.Tensor]:
+        """The kernel's matrices, in huge pages where the OS gives them."""
+        arena = self._arena_for(layers, head)
+        if arena is None:
+            self.huge_page_bytes = 0
+            return layers, head
+        layers = [replace(w, **{name: arena.take(getattr(w, name)) for name in MATRIX_NAMES}) for w in layers]
+        head = arena.take(head)
+        self.huge_page_bytes = arena.huge_bytes()
+        return layers, head
+
+    def kernel_linear(self) -> Callable:
+        """The kernel's linear, walking the weights as `walk` says."""
+        return partial(KERNEL_LINEAR[self.kernel][1], plan=self.walk)
+
+    def use(self, kernel: str, walk: KernelPlan, small_batch_rows: int) -> None:
+        """Decode small steps with `kernel` (one that reads the same matrices as the current one), walked as `walk`
+        says, up to `small_batch_rows` sequences."""
+        if KERNEL_MATRICES.get(kernel) != KERNEL_MATRICES.get(self.kernel):
+            raise ValueError(f"kernel {kernel!r} reads other matrices than {self.kernel!r}: it needs its own pack")
+        self.kernel, self.walk, self.small_batch_rows = kernel, walk, small_batch_rows
+        if self.small_batch is not None:
+            self.small_batch.linear, self.small_batch.max_rows = self.kernel_linear(), small_batch_rows
 
     @staticmethod
     def version_key(model) -> tuple:
@@ -235,16 +297,19 @@ class PackedWeights:
                 head = model.lm_head.weight
                 tied = head.data_ptr() == body.embed_tokens.weight.data_ptr()
                 self.lm_head = self.embed if tied else _cast(head, dtype)
+                if self.kernel == "avx2":  # bf16 copies of the matrices for the float32 decode of a bf16 model
+                    layers, small_head = self._place([pack_matrices(layer, packed, torch.bfloat16)
+                                                      for layer, packed in zip(body.layers, self.layers)],
+                                                     _cast(head, torch.bfloat16))
+                    self.small_batch = Matrices(layers, small_head, self.small_batch_rows, self.kernel_linear())
+                elif self.kernel:  # the kernel reads the main pack's matrices: they move to huge pages
+                    self.layers, small_head = self._place(self.layers, self.lm_head)
+                    self.embed = small_head if tied else self.embed
+                    self.lm_head = small_head
+                    self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows,
+                                                self.kernel_linear())
                 self.gemm = (_onednn_matrices(self.layers, self.lm_head) if self.onednn
                              else Matrices(self.layers, self.lm_head, None, F.linear))
-                linear = KERNEL_LINEAR[self.kernel][1] if self.kernel else None
-                if self.kernel == "avx2":  # bf16 copies of the matrices for the float32 decode of a bf16 model
-                    self.small_batch = Matrices(
-                        [pack_matrices(layer, packed, torch.bfloat16)
-                         for layer, packed in zip(body.layers, self.layers)],
-                        _cast(head, torch.bfloat16), self.small_batch_rows, linear)
-                elif self.kernel:  # the kernel reads the main pack's matrices
-                    self.small_batch = Matrices(self.layers, self.lm_head, self.small_batch_rows, linear)
             self.key = key
         return self
 

@@ -12,6 +12,9 @@
  * across row tiles). NR independent accumulator chains per row keep the FMA latency (4 cycles) off the critical
  * path: the previous version (one column at a time, one chain per row) read the weights at 11-12 GB/s on one AVX2
  * core. The K tail is scalar (model widths are multiples of 8). Column tiles are split across `threads` OpenMP threads.
+ * How a tile walks its weight rows (`order`: 0 all rows step by step, 1 one row after another; `prefetch`: bytes
+ * ahead of each line read) is the caller's choice, timed per CPU (bf16_linear_avx512.c says why); neither changes
+ * the arithmetic.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -38,26 +41,41 @@ static inline float bf16_to_f32(uint16_t bits) {
     return value;
 }
 
-/* Rows m0..m0+M-1 by columns n0..n0+C-1, M <= MR_MAX and C <= NR_MAX compile-time constants after inlining; the
- * next column tile's weight rows (C further on) are prefetched, a cache line per row every 32 weights: demand loads
- * alone read them from memory at about half the rate (BENCHMARKS.md, AVX2 emulation). */
+static inline void prefetch_line(const uint16_t *p, int64_t bytes) {
+    _mm_prefetch((const char *)p + bytes, _MM_HINT_T0);
+}
+
+/* Rows m0..m0+M-1 by columns n0..n0+C-1, M <= MR_MAX and C <= NR_MAX compile-time constants after inlining. With
+ * `prefetch`, a cache line per row every 32 weights: on the Sapphire Rapids VM demand loads alone read the weights
+ * from memory at about half the rate (BENCHMARKS.md, AVX2 emulation; there the prefetch reached the next tile). */
 static inline __attribute__((always_inline)) void tile(const float *x, const uint16_t *w, const float *b, float *y,
                                                        int64_t m0, int64_t n0, int64_t N, int64_t K, const int M,
-                                                       const int C) {
+                                                       const int C, int order, int64_t prefetch) {
     __m256 acc[MR_MAX][NR_MAX];
     UNROLL for (int m = 0; m < M; m++)
         UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm256_setzero_ps();
     const float *xr = x + m0 * K;
     const uint16_t *wr = w + n0 * K;
     int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-        if (!(k & 31))
-            UNROLL for (int c = 0; c < C; c++) _mm_prefetch((const char *)(wr + (C + c) * K + k), _MM_HINT_T0);
-        __m256 wk[NR_MAX];
-        UNROLL for (int c = 0; c < C; c++) wk[c] = load_bf16x8(wr + c * K + k);
-        UNROLL for (int m = 0; m < M; m++) {
-            __m256 xk = _mm256_loadu_ps(xr + m * K + k);
-            UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm256_fmadd_ps(wk[c], xk, acc[m][c]);
+    if (order == 0) {
+        for (; k + 8 <= K; k += 8) {
+            if (prefetch && !(k & 31)) UNROLL for (int c = 0; c < C; c++) prefetch_line(wr + c * K + k, prefetch);
+            __m256 wk[NR_MAX];
+            UNROLL for (int c = 0; c < C; c++) wk[c] = load_bf16x8(wr + c * K + k);
+            UNROLL for (int m = 0; m < M; m++) {
+                __m256 xk = _mm256_loadu_ps(xr + m * K + k);
+                UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm256_fmadd_ps(wk[c], xk, acc[m][c]);
+            }
+        }
+    } else {  /* one row after another: the same products in the same order per accumulator */
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint16_t *wc = wr + c * K;
+            for (k = 0; k + 8 <= K; k += 8) {
+                if (prefetch && !(k & 31)) prefetch_line(wc + k, prefetch);
+                __m256 wk = load_bf16x8(wc + k);
+                UNROLL for (int m = 0; m < M; m++)
+                    acc[m][c] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(xr + m * K + k), acc[m][c]);
+            }
         }
     }
     UNROLL for (int m = 0; m < M; m++)
@@ -71,13 +89,13 @@ static inline __attribute__((always_inline)) void tile(const float *x, const uin
 /* All rows for columns n0..n0+C-1, MR rows at a time, then the rest. */
 static inline __attribute__((always_inline)) void column_tile(const float *x, const uint16_t *w, const float *b,
                                                               float *y, int64_t n0, int64_t M, int64_t N, int64_t K,
-                                                              const int MR, const int C) {
+                                                              const int MR, const int C, int order, int64_t prefetch) {
     int64_t m0 = 0;
-    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C);
+    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C, order, prefetch);
     switch (M - m0) {
-    case 1: tile(x, w, b, y, m0, n0, N, K, 1, C); break;
-    case 2: tile(x, w, b, y, m0, n0, N, K, 2, C); break;
-    case 3: tile(x, w, b, y, m0, n0, N, K, 3, C); break;
+    case 1: tile(x, w, b, y, m0, n0, N, K, 1, C, order, prefetch); break;
+    case 2: tile(x, w, b, y, m0, n0, N, K, 2, C, order, prefetch); break;
+    case 3: tile(x, w, b, y, m0, n0, N, K, 3, C, order, prefetch); break;
     default: break;
     }
 }
@@ -87,12 +105,13 @@ static inline __attribute__((always_inline)) void column_tile(const float *x, co
     do {                                                                                                         \
         int64_t tiles = N / (NR);                                                                                \
         _Pragma("omp parallel for schedule(static) num_threads(threads)")                                        \
-        for (int64_t t = 0; t < tiles; t++) column_tile(x, w, b, y, t * (NR), M, N, K, (MR), (NR));              \
-        for (int64_t n0 = tiles * (NR); n0 < N; n0++) column_tile(x, w, b, y, n0, M, N, K, (MR), 1);             \
+        for (int64_t t = 0; t < tiles; t++)                                                                      \
+            column_tile(x, w, b, y, t * (NR), M, N, K, (MR), (NR), order, prefetch);                             \
+        for (int64_t n0 = tiles * (NR); n0 < N; n0++) column_tile(x, w, b, y, n0, M, N, K, (MR), 1, order, prefetch); \
     } while (0)
 
 void bf16_linear(const float *x, const uint16_t *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
-                 int threads) {
+                 int threads, int order, int64_t prefetch) {
     if (M < 4) COLUMNS(2, 4);
     else COLUMNS(4, 3);
 }

@@ -15,6 +15,15 @@
  * each 32-wide step loads NR weight vectors and MR activation vectors for MR * NR dot products, so a weight row is
  * read from memory once for all M rows (the tile's weights stay in L1 across row tiles). The K tail is a masked
  * load (masked-off lanes read as zero, so they add nothing). Column tiles are split across `threads` OpenMP threads.
+ *
+ * How a tile walks its NR weight rows is the caller's choice (`order`, `prefetch`: native.KernelPlan, picked by timing
+ * in rollout/tuning.py), since the fastest walk depends on the CPU's prefetchers, not on its flags:
+ * - order 0 ("tiles"): step k of all NR rows together, NR interleaved streams through memory; Sapphire Rapids and
+ *   Zen 5 read those at full speed;
+ * - order 1 ("rows"): one row's steps, then the next row's: a single sequential stream. Zen 4 read 4 interleaved
+ *   streams at about half the rate of one (docs/LOG.md, issue 47).
+ * - prefetch: every weight line loaded also asks for the line `prefetch` bytes further on (0: none).
+ * Each accumulator sums the same products in the same order whatever the walk, so every plan gives the same bits.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -57,6 +66,18 @@ static inline __attribute__((always_inline)) void step(const uint16_t *xr, const
     }
 }
 
+/* step() for one column c only: the walk of order 1 (the products and their order per accumulator are step()'s). */
+static inline __attribute__((always_inline)) void column_step(const uint16_t *xr, const uint16_t *wc,
+                                                              __m512 acc[MR][NR], int64_t k, int64_t K,
+                                                              __mmask32 mask, const int M, const int c) {
+    __m512bh wk = load32(wc + k, mask);
+    UNROLL for (int m = 0; m < M; m++) acc[m][c] = _mm512_dpbf16_ps(acc[m][c], load32(xr + m * K + k, mask), wk);
+}
+
+static inline void prefetch_line(const uint16_t *p, int64_t bytes) {
+    _mm_prefetch((const char *)p + bytes, _MM_HINT_T0);
+}
+
 /* The horizontal sums of 16 vectors v[m][c], as lane m * 4 + c of one vector: pairs of vectors fold their 512-bit
  * halves together, then quarters, then lanes within each 128-bit block, and one permute puts the sums in order
  * (~45 instructions for 16 sums, where 16 _mm512_reduce_add_ps take ~160). */
@@ -82,14 +103,29 @@ __m512 reduce16(__m512 v[MR][NR]) {
 
 static inline __attribute__((always_inline)) void tile(const uint16_t *x, const uint16_t *w, const uint16_t *b,
                                                        uint16_t *y, int64_t m0, int64_t n0, int64_t N, int64_t K,
-                                                       const int M, const int C) {
+                                                       const int M, const int C, int order, int64_t prefetch) {
     __m512 acc[MR][NR];
     UNROLL for (int m = 0; m < M; m++)
         UNROLL for (int c = 0; c < C; c++) acc[m][c] = _mm512_setzero_ps();
     const uint16_t *xr = x + m0 * K, *wr = w + n0 * K;
+    const __mmask32 full = (__mmask32)0xffffffffu, tail = (__mmask32)((1u << (K % 32)) - 1u);
     int64_t k = 0;
-    for (; k + 32 <= K; k += 32) step(xr, wr, acc, k, K, (__mmask32)0xffffffffu, M, C);
-    if (k < K) step(xr, wr, acc, k, K, (__mmask32)((1u << (K - k)) - 1u), M, C);
+    if (order == 0) {
+        for (; k + 32 <= K; k += 32) {
+            if (prefetch) UNROLL for (int c = 0; c < C; c++) prefetch_line(wr + c * K + k, prefetch);
+            step(xr, wr, acc, k, K, full, M, C);
+        }
+        if (k < K) step(xr, wr, acc, k, K, tail, M, C);
+    } else {
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint16_t *wc = wr + c * K;
+            for (k = 0; k + 32 <= K; k += 32) {
+                if (prefetch) prefetch_line(wc + k, prefetch);
+                column_step(xr, wc, acc, k, K, full, M, c);
+            }
+            if (k < K) column_step(xr, wc, acc, k, K, tail, M, c);
+        }
+    }
     if (M == MR && C == NR) {  /* a full tile: its 16 sums in one vector (sums[m * NR + c]), one rounding pass */
         __m512 sums = reduce16(acc);
         if (b) {
@@ -114,28 +150,28 @@ static inline __attribute__((always_inline)) void tile(const uint16_t *x, const 
 /* All rows for columns n0..n0+C-1, MR rows at a time. */
 static inline __attribute__((always_inline)) void column_tile(const uint16_t *x, const uint16_t *w, const uint16_t *b,
                                                               uint16_t *y, int64_t n0, int64_t M, int64_t N,
-                                                              int64_t K, const int C) {
+                                                              int64_t K, const int C, int order, int64_t prefetch) {
     int64_t m0 = 0;
-    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C);
+    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C, order, prefetch);
     switch (M - m0) {
-    case 1: tile(x, w, b, y, m0, n0, N, K, 1, C); break;
-    case 2: tile(x, w, b, y, m0, n0, N, K, 2, C); break;
-    case 3: tile(x, w, b, y, m0, n0, N, K, 3, C); break;
+    case 1: tile(x, w, b, y, m0, n0, N, K, 1, C, order, prefetch); break;
+    case 2: tile(x, w, b, y, m0, n0, N, K, 2, C, order, prefetch); break;
+    case 3: tile(x, w, b, y, m0, n0, N, K, 3, C, order, prefetch); break;
     default: break;
     }
 }
 
 void bf16_linear_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y, int64_t M, int64_t N,
-                      int64_t K, int threads) {
+                      int64_t K, int threads, int order, int64_t prefetch) {
     int64_t tiles = (N + NR - 1) / NR;
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t t = 0; t < tiles; t++) {
         int64_t n0 = t * NR;
         switch (N - n0 < NR ? N - n0 : NR) {
-        case 1: column_tile(x, w, b, y, n0, M, N, K, 1); break;
-        case 2: column_tile(x, w, b, y, n0, M, N, K, 2); break;
-        case 3: column_tile(x, w, b, y, n0, M, N, K, 3); break;
-        default: column_tile(x, w, b, y, n0, M, N, K, NR); break;
+        case 1: column_tile(x, w, b, y, n0, M, N, K, 1, order, prefetch); break;
+        case 2: column_tile(x, w, b, y, n0, M, N, K, 2, order, prefetch); break;
+        case 3: column_tile(x, w, b, y, n0, M, N, K, 3, order, prefetch); break;
+        default: column_tile(x, w, b, y, n0, M, N, K, NR, order, prefetch); break;
         }
     }
 }

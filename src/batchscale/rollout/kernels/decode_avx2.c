@@ -1,4 +1,5 @@
-/* The small ops of a float32 decode step, fused, for CPUs with AVX2 + FMA (built with bf16_linear.c and f32_linear.c).
+/* The small ops of a float32 decode step, fused, for CPUs with AVX2 + FMA (built with bf16_linear.c and f32_linear.c;
+ * and into the AVX-512 library, where decode_layer_f32 multiplies float32 matrices with 16 lanes: see `linear`).
  *
  * decode_avx512.c's design in float32 and 8 lanes: on an AVX2-only CPU the engine decodes a bf16 model in float32
  * arithmetic (bf16 weights widened in registers by bf16_linear) and a float32 model in float32 (f32_linear), and
@@ -148,34 +149,47 @@ void silu_mul_f32(const float *gate_up, float *y, int64_t M, int64_t F) {
         }
 }
 
+#ifdef __AVX512F__
+/* Built into the "avx512_bf16" library too (native.py), for a float32 model's one-call layers on an AVX-512 CPU:
+ * there the matrices are float32 only and go through the 16-lane f32_linear_avx512 (bf16_weights must be 0). */
+void f32_linear_avx512(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
+                       int threads, int order, int64_t prefetch);
+
+static void linear(const float *x, const void *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
+                   int bf16_weights, int threads, int order, int64_t prefetch) {
+    (void)bf16_weights;
+    f32_linear_avx512(x, (const float *)w, b, y, M, N, K, threads, order, prefetch);
+}
+#else
 void bf16_linear(const float *x, const uint16_t *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
-                 int threads);
+                 int threads, int order, int64_t prefetch);
 void f32_linear(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
-                int threads);
+                int threads, int order, int64_t prefetch);
 
 /* y = x W^T + b with W bf16 (bf16_weights) or float32. */
 static void linear(const float *x, const void *w, const float *b, float *y, int64_t M, int64_t N, int64_t K,
-                   int bf16_weights, int threads) {
-    if (bf16_weights) bf16_linear(x, (const uint16_t *)w, b, y, M, N, K, threads);
-    else f32_linear(x, (const float *)w, b, y, M, N, K, threads);
+                   int bf16_weights, int threads, int order, int64_t prefetch) {
+    if (bf16_weights) bf16_linear(x, (const uint16_t *)w, b, y, M, N, K, threads, order, prefetch);
+    else f32_linear(x, (const float *)w, b, y, M, N, K, threads, order, prefetch);
 }
+#endif
 
 /* One whole decoder layer for rows 0..M-1, in the order decoder._decode_fused_f32 documents: x += delta (the
  * previous layer's MLP output) and norm; qkv; RoPE on q and k; k and v written to the cache at each row's position;
  * attention; o; x += o and norm; gate/up; silu * up; down into delta_out. w: input_norm, qkv, qkv_bias, o, o_bias,
  * post_norm, gate_up, gate_up_bias, down, down_bias (biases may be NULL); the four matrices bf16 if bf16_weights,
  * else float32; the rest float32. shape: d, H, H_kv, D, F, L. scratch holds M * (2 d + (2 H + 2 H_kv) D + 3 F)
- * floats. */
+ * floats. order and prefetch: how the matrices are walked (bf16_linear.c, f32_linear.c). */
 void decode_layer_f32(float *x, const float *delta, const void *const *w, float *key_cache, float *value_cache,
                       const float *cos, const float *sin, const int64_t *positions, const int64_t *lengths,
                       float *scratch, float *delta_out, int64_t M, const int64_t *shape, float eps, float scale,
-                      int bf16_weights, int threads) {
+                      int bf16_weights, int threads, int order, int64_t prefetch) {
     int64_t d = shape[0], H = shape[1], H_kv = shape[2], D = shape[3], F = shape[4], L = shape[5];
     int64_t width = (H + 2 * H_kv) * D;
     float *h = scratch, *qkv = h + M * d, *attn = qkv + M * width, *o = attn + M * H * D, *gate_up = o + M * d;
     float *act = gate_up + M * 2 * F;
     add_rms_norm_f32(x, delta, (const float *)w[0], h, M, d, eps);
-    linear(h, w[1], (const float *)w[2], qkv, M, width, d, bf16_weights, threads);
+    linear(h, w[1], (const float *)w[2], qkv, M, width, d, bf16_weights, threads, order, prefetch);
     rope_f32(qkv, cos, sin, positions, M, width, H + H_kv, D);
     for (int64_t m = 0; m < M; m++)
         for (int64_t kh = 0; kh < H_kv; kh++) {
@@ -184,9 +198,9 @@ void decode_layer_f32(float *x, const float *delta, const void *const *w, float 
             memcpy(value_cache + at, qkv + m * width + (H + H_kv + kh) * D, D * sizeof(float));
         }
     attention_f32(qkv, width, key_cache, value_cache, lengths, attn, M, H, H_kv, L, D, scale, threads);
-    linear(attn, w[3], (const float *)w[4], o, M, d, H * D, bf16_weights, threads);
+    linear(attn, w[3], (const float *)w[4], o, M, d, H * D, bf16_weights, threads, order, prefetch);
     add_rms_norm_f32(x, o, (const float *)w[5], h, M, d, eps);
-    linear(h, w[6], (const float *)w[7], gate_up, M, 2 * F, d, bf16_weights, threads);
+    linear(h, w[6], (const float *)w[7], gate_up, M, 2 * F, d, bf16_weights, threads, order, prefetch);
     silu_mul_f32(gate_up, act, M, F);
-    linear(act, w[8], (const float *)w[9], delta_out, M, d, F, bf16_weights, threads);
+    linear(act, w[8], (const float *)w[9], delta_out, M, d, F, bf16_weights, threads, order, prefetch);
 }

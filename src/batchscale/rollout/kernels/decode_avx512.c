@@ -185,23 +185,24 @@ void silu_mul_bf16(const uint16_t *gate_up, uint16_t *y, int64_t M, int64_t F) {
 }
 
 void bf16_linear_bf16(const uint16_t *x, const uint16_t *w, const uint16_t *b, uint16_t *y, int64_t M, int64_t N,
-                      int64_t K, int threads);
+                      int64_t K, int threads, int order, int64_t prefetch);
 
 /* One whole decoder layer for rows 0..M-1 (small M: the matrices go through bf16_linear_bf16), the ops above in the
  * order decoder._decode_fused calls them: x += delta (the previous layer's MLP output) and norm; qkv; RoPE on q and
  * k; k and v written to the cache at each row's position; attention; o; x += o and norm; gate/up; silu * up; down
  * into delta_out. w: input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, gate_up_bias, down, down_bias (biases
- * may be NULL). shape: d, H, H_kv, D, F, L. scratch holds M * (d + (H + 2 H_kv) D + H D + d + 3 F) bf16. */
+ * may be NULL). shape: d, H, H_kv, D, F, L. scratch holds M * (d + (H + 2 H_kv) D + H D + d + 3 F) bf16. order and
+ * prefetch: how the matrices are walked (bf16_linear_avx512.c). */
 void decode_layer_bf16(uint16_t *x, const uint16_t *delta, const uint16_t *const *w, uint16_t *key_cache,
                        uint16_t *value_cache, const uint16_t *cos, const uint16_t *sin, const int64_t *positions,
                        const int64_t *lengths, uint16_t *scratch, uint16_t *delta_out, int64_t M,
-                       const int64_t *shape, float eps, float scale, int threads) {
+                       const int64_t *shape, float eps, float scale, int threads, int order, int64_t prefetch) {
     int64_t d = shape[0], H = shape[1], H_kv = shape[2], D = shape[3], F = shape[4], L = shape[5];
     int64_t width = (H + 2 * H_kv) * D;
     uint16_t *h = scratch, *qkv = h + M * d, *attn = qkv + M * width, *o = attn + M * H * D, *gate_up = o + M * d;
     uint16_t *act = gate_up + M * 2 * F;
     add_rms_norm_bf16(x, delta, w[0], h, M, d, eps);
-    bf16_linear_bf16(h, w[1], w[2], qkv, M, width, d, threads);
+    bf16_linear_bf16(h, w[1], w[2], qkv, M, width, d, threads, order, prefetch);
     rope_bf16(qkv, cos, sin, positions, M, width, H + H_kv, D);
     for (int64_t m = 0; m < M; m++)
         for (int64_t kh = 0; kh < H_kv; kh++) {
@@ -210,9 +211,9 @@ void decode_layer_bf16(uint16_t *x, const uint16_t *delta, const uint16_t *const
             memcpy(value_cache + at, qkv + m * width + (H + H_kv + kh) * D, D * sizeof(uint16_t));
         }
     attention_bf16(qkv, width, key_cache, value_cache, lengths, attn, M, H, H_kv, L, D, scale, threads);
-    bf16_linear_bf16(attn, w[3], w[4], o, M, d, H * D, threads);
+    bf16_linear_bf16(attn, w[3], w[4], o, M, d, H * D, threads, order, prefetch);
     add_rms_norm_bf16(x, o, w[5], h, M, d, eps);
-    bf16_linear_bf16(h, w[6], w[7], gate_up, M, 2 * F, d, threads);
+    bf16_linear_bf16(h, w[6], w[7], gate_up, M, 2 * F, d, threads, order, prefetch);
     silu_mul_bf16(gate_up, act, M, F);
-    bf16_linear_bf16(act, w[8], w[9], delta_out, M, d, F, threads);
+    bf16_linear_bf16(act, w[8], w[9], delta_out, M, d, F, threads, order, prefetch);
 }

@@ -14,7 +14,9 @@
  * columns keep MR * NR accumulators in registers; each step loads NR weight vectors and MR activation vectors, so a
  * tile's weight rows are read from memory once for all M rows (they stay in L1 across row tiles). Full steps use
  * plain loads (a masked load in the main loop halves AVX2's read rate); the K tail is one masked step (masked-off
- * lanes read as zero).
+ * lanes read as zero). How a tile walks its weight rows (`order`: 0 all NR rows step by step, 1 one row after
+ * another; `prefetch`: bytes ahead of each line read, 0 none) is the caller's choice, timed per CPU
+ * (bf16_linear_avx512.c says why); neither changes the arithmetic.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -33,7 +35,6 @@ typedef __mmask16 tail_mask;
 #define LOAD_TAIL(p, mask) _mm512_maskz_loadu_ps(mask, p)
 #define FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define HSUM(v) _mm512_reduce_add_ps(v)
-#define PREFETCH_NEXT_TILE(wr, C, K, k)
 static inline tail_mask make_tail(int64_t left) { return (tail_mask)((1u << left) - 1u); }
 #else
 #include "avx2_common.h"
@@ -50,37 +51,48 @@ typedef __m256i tail_mask;
 static inline tail_mask make_tail(int64_t left) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-/* The AVX2 build asks for the next column tile's weights while it multiplies this one's, a cache line per row every
- * 16 floats: one AVX2 core's demand loads alone read the weights from memory at ~14 GB/s on the machine of
- * BENCHMARKS.md's AVX2-emulation section (~18 GB/s with this). The AVX-512 build is left as it was measured. */
-#define PREFETCH_NEXT_TILE(wr, C, K, k)                                                                          \
-    if (!((k) & 15))                                                                                             \
-        UNROLL for (int c = 0; c < (C); c++) _mm_prefetch((const char *)((wr) + ((C) + c) * (K) + (k)), _MM_HINT_T0)
 #endif
+
+/* A cache line per weight row every 16 floats, `prefetch` bytes ahead: one AVX2 core's demand loads alone read the
+ * weights from memory at ~14 GB/s on the machine of BENCHMARKS.md's AVX2-emulation section (~18 GB/s with a
+ * prefetch of the next column tile). */
+#define PREFETCH(p, k)                                                                                           \
+    if (prefetch && !((k) & 15)) _mm_prefetch((const char *)(p) + prefetch, _MM_HINT_T0)
 
 static inline __attribute__((always_inline)) void tile(const float *x, const float *w, const float *b, float *y,
                                                        int64_t m0, int64_t n0, int64_t N, int64_t K, const int M,
-                                                       const int C) {
+                                                       const int C, int order, int64_t prefetch) {
     vec acc[MR][NR];
     UNROLL for (int m = 0; m < M; m++)
         UNROLL for (int c = 0; c < C; c++) acc[m][c] = ZERO();
     const float *xr = x + m0 * K, *wr = w + n0 * K;
-    int64_t k = 0;
-    for (; k + LANES <= K; k += LANES) {
-        PREFETCH_NEXT_TILE(wr, C, K, k);
-        vec wk[NR];
-        UNROLL for (int c = 0; c < C; c++) wk[c] = LOAD(wr + c * K + k);
-        UNROLL for (int m = 0; m < M; m++) {
-            vec xk = LOAD(xr + m * K + k);
-            UNROLL for (int c = 0; c < C; c++) acc[m][c] = FMA(wk[c], xk, acc[m][c]);
+    int64_t k = 0, body = K - K % LANES;
+    if (order == 0) {
+        for (; k < body; k += LANES) {
+            UNROLL for (int c = 0; c < C; c++) { PREFETCH(wr + c * K + k, k); }
+            vec wk[NR];
+            UNROLL for (int c = 0; c < C; c++) wk[c] = LOAD(wr + c * K + k);
+            UNROLL for (int m = 0; m < M; m++) {
+                vec xk = LOAD(xr + m * K + k);
+                UNROLL for (int c = 0; c < C; c++) acc[m][c] = FMA(wk[c], xk, acc[m][c]);
+            }
+        }
+    } else {  /* one row after another: the same products in the same order per accumulator */
+        UNROLL for (int c = 0; c < C; c++) {
+            const float *wc = wr + c * K;
+            for (k = 0; k < body; k += LANES) {
+                PREFETCH(wc + k, k);
+                vec wk = LOAD(wc + k);
+                UNROLL for (int m = 0; m < M; m++) acc[m][c] = FMA(wk, LOAD(xr + m * K + k), acc[m][c]);
+            }
         }
     }
-    if (k < K) {
-        tail_mask mask = make_tail(K - k);
+    if (body < K) {
+        tail_mask mask = make_tail(K - body);
         vec wk[NR];
-        UNROLL for (int c = 0; c < C; c++) wk[c] = LOAD_TAIL(wr + c * K + k, mask);
+        UNROLL for (int c = 0; c < C; c++) wk[c] = LOAD_TAIL(wr + c * K + body, mask);
         UNROLL for (int m = 0; m < M; m++) {
-            vec xk = LOAD_TAIL(xr + m * K + k, mask);
+            vec xk = LOAD_TAIL(xr + m * K + body, mask);
             UNROLL for (int c = 0; c < C; c++) acc[m][c] = FMA(wk[c], xk, acc[m][c]);
         }
     }
@@ -91,15 +103,17 @@ static inline __attribute__((always_inline)) void tile(const float *x, const flo
 /* All rows for columns n0..n0+C-1, MR rows at a time. */
 static inline __attribute__((always_inline)) void column_tile(const float *x, const float *w, const float *b,
                                                               float *y, int64_t n0, int64_t M, int64_t N, int64_t K,
-                                                              const int C) {
+                                                              const int C, int order, int64_t prefetch) {
     int64_t m0 = 0;
-    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C);
-    if (m0 < M) tile(x, w, b, y, m0, n0, N, K, 1, C);
+    for (; m0 + MR <= M; m0 += MR) tile(x, w, b, y, m0, n0, N, K, MR, C, order, prefetch);
+    if (m0 < M) tile(x, w, b, y, m0, n0, N, K, 1, C, order, prefetch);
 }
 
-void NAME(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t N, int64_t K, int threads) {
+void NAME(const float *x, const float *w, const float *b, float *y, int64_t M, int64_t N, int64_t K, int threads,
+          int order, int64_t prefetch) {
     int64_t tiles = N / NR;
     #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t t = 0; t < tiles; t++) column_tile(x, w, b, y, t * NR, M, N, K, NR);
-    for (int64_t n0 = tiles * NR; n0 < N; n0++) column_tile(x, w, b, y, n0, M, N, K, 1);  /* the last < NR columns */
+    for (int64_t t = 0; t < tiles; t++) column_tile(x, w, b, y, t * NR, M, N, K, NR, order, prefetch);
+    for (int64_t n0 = tiles * NR; n0 < N; n0++)  /* the last < NR columns */
+        column_tile(x, w, b, y, n0, M, N, K, 1, order, prefetch);
 }
