@@ -15,7 +15,7 @@ pytest.importorskip("ray.tune")
 from batchscale.errors import UserError  # noqa: E402
 from batchscale.integrations.ray_tune import (EvalReporter, RaceScheduler, TargetStop, race_decision,  # noqa: E402
                                               sweep_reference)
-from batchscale.sweep.race_rule import SeedResult, StopRule, find_leader, pooled_spread  # noqa: E402
+from batchscale.sweep.race_rule import RACE_CONFIDENCE, SeedResult, StopRule, find_leader, pooled_spread  # noqa: E402
 
 TARGET = 0.5
 STEP_SAMPLES = 100  # each synthetic report comes 100 samples after the previous one
@@ -55,20 +55,20 @@ def stops_of(scheduler: RaceScheduler, label: str) -> list:
 
 
 def test_a_point_that_cannot_win_is_stopped_early_with_the_rules_reason():
-    """Truth: `slow` needs 8x the samples of `fast` at the same throughput. Its first seed is stopped as a loser well
-    before its N* (not at the budget), its other seeds at their first result, each with the rule's words; `fast`'s
-    seeds all stop at the target with N* read there."""
+    """Truth: `slow` needs 8x the samples of `fast` at the same throughput. The seed is the unit (issue 38): a point
+    is judged only with two seeds in view, so slow's first seed runs to the target; its second is stopped as a loser
+    short of its N* (not at the budget), its third at its first result, each with the rule's words; `fast`'s seeds all
+    stop at the target with N* read there."""
     rng = random.Random(0)
     scheduler = sweep(rng, {"fast": 1000.0, "slow": 8000.0})
     fast, slow = stops_of(scheduler, "fast"), stops_of(scheduler, "slow")
     assert [s.reason for s in fast] == ["target"] * 3
     assert all(s.message.startswith("reached the target 0.5") for s in fast)
-    assert [s.reason for s in slow] == ["cannot_win"] * 3
-    assert slow[0].samples < 8000 * math.exp(-0.3)  # stopped short of its own N*
-    assert "cannot win" in slow[0].message and "the leader fast" in slow[0].message
-    assert [s.samples for s in slow[1:]] == [STEP_SAMPLES] * 2
-    assert all(s.message.startswith("its point cannot win") for s in slow[1:])
-    assert scheduler.out == {"slow": slow[0].message}
+    assert [s.reason for s in slow] == ["target", "cannot_win", "cannot_win"]
+    assert slow[1].samples < 8000 * math.exp(-0.2)  # stopped short of its own N* (sd 0.1 in ln N*)
+    assert "cannot win" in slow[1].message and "the leader fast" in slow[1].message
+    assert slow[2].samples == STEP_SAMPLES and slow[2].message.startswith("its point cannot win")
+    assert scheduler.out == {"slow": slow[1].message}
     assert "slow" in scheduler.debug_string()
 
 
@@ -97,13 +97,14 @@ def test_the_adapter_decides_as_the_racing_sweeps_stop_rule():
     results = {lab: [SeedResult(s.label, s.seed, s.samples_to_target, s.samples, s.log_q, 0.0) for s in seeds]
                for lab, seeds in finished.items()}
     spread = pooled_spread(results)
-    rule = StopRule(TARGET, 1, (math.log(3000),), (3.9, 3.91), spread, find_leader(results, spread))
+    prior = tuple(s.seed_time for s in results["b"])  # b's finished seed: ln N >= ln 3000, its own ln q
+    rule = StopRule(TARGET, 1, prior, spread, find_leader(results, spread))
     for samples in (1500, 3000, 6000, 12000):
         expected = rule.decide(samples, 0.1, [3.9, 3.92])
-        got = race_decision(TARGET, 0.95, finished, "b", samples, 0.1, [3.9, 3.92], may_lose=True)
+        got = race_decision(TARGET, RACE_CONFIDENCE, finished, "b", samples, 0.1, [3.9, 3.92], may_lose=True)
         assert got == ((expected.reason, expected.message) if expected is not None else None)
-    assert race_decision(TARGET, 0.95, finished, "b", 12000, 0.1, [3.9], may_lose=False) is None
-    assert race_decision(TARGET, 0.95, finished, "b", 700, 0.6, [3.9], may_lose=False)[0] == "target"
+    assert race_decision(TARGET, RACE_CONFIDENCE, finished, "b", 12000, 0.1, [3.9], may_lose=False) is None
+    assert race_decision(TARGET, RACE_CONFIDENCE, finished, "b", 700, 0.6, [3.9], may_lose=False)[0] == "target"
 
 
 def test_bad_settings_and_results_are_named():

@@ -81,8 +81,8 @@ def race_decision(target: float, confidence: float, finished: dict[str, list[See
     if leader is not None and (leader.label == label or not may_lose):
         leader = None
     own = results.get(label, [])
-    rule = StopRule(target, 1, tuple(s.log_n for s in own if s.log_n is not None),
-                    tuple(v for s in own for v in s.log_q), spread, leader, confidence)
+    prior = tuple(t for s in own if (t := s.seed_time) is not None)
+    rule = StopRule(target, 1, prior, spread, leader, confidence)  # no budget: Tune's own stop criteria own that
     stopped = rule.decide(samples, score, log_q)
     return (stopped.reason, stopped.message) if stopped is not None else None
 
