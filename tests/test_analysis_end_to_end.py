@@ -17,6 +17,7 @@ CONFIG_KEYS = {
     "lr_rule", "seeds", "samples_to_target", "r_n",
     "updates_to_target", "update_ratio", "grad_norm_actor", "aligned", "time_to_target_realized", "learns", "r_n_predicted",
     "rollout_mode", "max_staleness", "staleness_mean", "stopped",
+    "n_star_per_seed", "samples_trained_per_seed", "crossing_gap_per_seed",  # issue 38: the seed is the unit of the test
 }
 NOISE_SCALE = 1024.0  # the synthetic B_simple and the batch where the sample penalty (1 + B/noise_scale) bites
 

@@ -157,7 +157,7 @@ def test_a_short_run_with_every_estimate_positive_says_it_is_too_short(run_dir, 
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records if r["step"] <= 6))
     rewrite_grad_sq(run_dir, lambda step: 0.01 * (1 + step % 2))
-    code, out, _ = run_plan(capsys, "--predict", run_dir, "--json")
+    code, out, _ = run_predict(capsys, run_dir, "--json")
     assert code == 0
     reason = json.loads(out)["why_unresolved"]
     assert "not above zero" not in reason

@@ -179,9 +179,9 @@ def test_the_reporter_sends_each_eval_with_the_steps_rates_since_the_last_one():
 
 SWEEP = """
 base = "{base}"
-seeds = [0, 1]
+seeds = [0, 1, 2, 3]
 [set]
-"run.budget_samples" = 2048
+"run.budget_samples" = 1024
 "run.eval_every_samples" = 128
 "task.eval_size" = 64
 "batch.prompts_per_step" = 4
@@ -194,9 +194,12 @@ seeds = [0, 1]
 
 @pytest.mark.slow
 def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path):
-    """A real Tune search (local Ray, 2 CPUs, the tiny model): the learning point's seeds end themselves at the
-    target, finished runs whose summary says so; the point with a learning rate of 1e-12 is stopped long before its
-    budget of 2,048 samples with the rule's reason, and its run directories read as unfinished, never as complete."""
+    """A real Tune search (local Ray, 2 CPUs, the tiny model, one trial at a time so that the grid's order is the
+    race's): the learning point's seeds end themselves at the target, finished runs whose summary says so; the point
+    with a learning rate of 1e-12 is judged once its first seed has run out its budget of 1,024 samples (the seed is
+    the unit: one seed is never judged, and four seeds of the leader give the pooled spread its degrees of freedom),
+    so its second seed is stopped short of the budget and the others at their first result, each with the rule's
+    reason, and their run directories read as unfinished, never as complete."""
     import ray
     from ray import tune
 
@@ -206,22 +209,24 @@ def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path)
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP.format(base=Path(__file__).resolve().parents[1] / "examples" / "grpo-tiny.toml"))
     trainable, param_space = sweep_trainable(path, target=0.35)
-    assert param_space == {"point": {"grid_search": ["grpo-P4-G8-sqrt__s0", "grpo-P4-G8-sqrt__s1",
-                                                     "grpo-P4-G8-none__s0", "grpo-P4-G8-none__s1"]}}
+    assert param_space == {"point": {"grid_search": [f"grpo-P4-G8-{rule}__s{seed}" for rule in ("sqrt", "none")
+                                                     for seed in range(4)]}}
     scheduler = RaceScheduler(target=0.35, protect=(sweep_reference(path),))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        results = tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(scheduler=scheduler),
+        results = tune.Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(scheduler=scheduler,
+                                                                               max_concurrent_trials=1),
                              run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0)).fit()
     finally:
         ray.shutdown()
     assert not results.errors
     by_label = {label: [s for s in scheduler.stops if s.label == label] for label in ("grpo-P4-G8-sqrt",
                                                                                      "grpo-P4-G8-none")}
-    assert [s.reason for s in by_label["grpo-P4-G8-sqrt"]] == ["target", "target"]
+    assert [s.reason for s in by_label["grpo-P4-G8-sqrt"]] == ["target"] * 4
     losers = by_label["grpo-P4-G8-none"]
-    assert [s.reason for s in losers] == ["cannot_win", "cannot_win"]
-    assert all(s.samples < 2048 / 2 and "cannot win" in s.message for s in losers)
+    assert [(s.seed, s.reason) for s in losers] == [(1, "cannot_win"), (2, "cannot_win"), (3, "cannot_win")]
+    assert losers[0].samples < 1024 and losers[0].message.startswith("cannot win")
+    assert all(s.samples <= 128 and s.message.startswith("its point cannot win") for s in losers[1:])
     assert "the leader grpo-P4-G8-sqrt" in scheduler.out["grpo-P4-G8-none"]
     assert scheduler.protect == ("grpo-P4-G8-sqrt",)
     for result in results:
@@ -230,5 +235,8 @@ def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path)
             run = read_run(run_dir)
             recorded = next(s for s in by_label["grpo-P4-G8-sqrt"] if s.seed == run.seed)
             assert (run.summary.stopped.reason, run.summary.stopped.samples) == ("target", recorded.samples)
+        elif result.config["point"].endswith("__s0"):
+            summary = read_run(run_dir).summary  # ran out its budget, not stopped
+            assert summary.finished and summary.stopped is None and summary.samples >= 1024
         else:
             assert not is_finished_run(run_dir)  # killed by Tune mid-run: no summary.json
