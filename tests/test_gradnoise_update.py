@@ -16,7 +16,7 @@ from batchscale.algorithms.losses import loss_normalizer, token_weights
 from batchscale.config import OptimConfig, derive_plan, load_config
 from batchscale.train.actor import Actor, build_actor
 from batchscale.train.critic import Critic, build_value_model
-from batchscale.train.micro_batches import iter_gradient_chunks
+from batchscale.train.micro_batches import derive_halves_seed, iter_gradient_chunks
 from batchscale.train.optimizer import build_optimizer
 
 
@@ -37,7 +37,9 @@ def plain_gradient(network, micro_loss, batch, micro_batch_size: int) -> list[to
     """The gradient of one update accumulated plainly, no norm taken: the update's micro-batches in its order, each
     `micro_loss` (the network's loss on one micro-batch) weighted over the whole batch, then backward."""
     normalizer = max(loss_normalizer(batch.response_mask, network.aggregation), 1.0)
-    for rows in (rows for chunk in iter_gradient_chunks(batch, micro_batch_size, 4) for rows in chunk):
+    halves_seed = derive_halves_seed(network.seed, 0, 0)  # the halves `network.update(...)` draws at step 0
+    for rows in (rows for chunk in iter_gradient_chunks(batch, micro_batch_size, 4, halves_seed=halves_seed)
+                 for rows in chunk):
         micro, _ = batch.select(rows)
         loss, _ = micro_loss(micro, rows, token_weights(micro.response_mask, network.aggregation, normalizer))
         loss.backward()

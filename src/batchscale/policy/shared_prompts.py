@@ -6,8 +6,9 @@ reading its own prompt's keys and values (gathered by row; autograd sums their g
 forward). The values equal the plain forward's up to float rounding: every token sees the same keys at the same
 positions. Prompts are left-padded to the longest distinct prompt (padding masked, positions counted from each
 prompt's first token) and responses right-padded to the longest response, so this costs U * L_prompt + n * L_response
-token positions (U distinct prompts among n rows) against n * L for the plain forward; `response_hidden_states` takes
-whichever is cheaper. With a 40-token chat prompt, G = 4 and 16-token responses that is ~2x fewer positions.
+token positions (U distinct prompts among n rows) against n * L for the plain forward. With a 40-token chat prompt,
+G = 4 and 16-token responses that is ~2x fewer positions. `response_hidden_states` takes whichever of the plain forward,
+this one and the packed one (`policy.packing`: no padding at all) costs the fewest FLOPs by `forward_costs`.
 
 This is the one place training talks to the model's KV cache; it uses only what every Hugging Face decoder's forward
 takes (`position_ids`, a KV cache, a 2-D `attention_mask` over past + new tokens) and `DynamicCache`'s own
@@ -21,6 +22,8 @@ from functools import lru_cache
 
 import torch
 from transformers.cache_utils import DynamicCache
+
+from batchscale.policy.packing import layer_costs, packed_hidden_states, packing_cost, packing_supported
 
 
 def prompt_owners(batch) -> tuple[list[int], list[int], torch.Tensor, torch.Tensor]:
@@ -52,14 +55,40 @@ def cache_keyword(body) -> str:
 
 def response_hidden_states(body, batch, positions: torch.Tensor) -> torch.Tensor:
     """(M, H) the body's last hidden state at the M target positions of `positions` (N, L - 1), row-major: the state
-    that predicts each response token. Shares prompts when that computes fewer token positions."""
+    that predicts each response token. Runs whichever forward the cost model counts cheapest (`forward_costs`): the
+    plain one, each distinct prompt once under a KV cache, or prompts and responses packed without padding
+    (`policy.packing`, where the model's attention allows it)."""
     firsts, owner, prompt_lengths, response_lengths = prompt_owners(batch)
-    n, length = batch.input_ids.shape
-    prompt_width, response_width = int(prompt_lengths[firsts].max()), int(response_lengths.max())
-    if len(firsts) * prompt_width + n * response_width >= n * length or response_width == 0:
+    if int(response_lengths.max()) == 0:
         out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
         return out.last_hidden_state[:, :-1][positions]  # (M, H)
-    return shared_prompt_hidden_states(body, batch, firsts, owner, prompt_lengths, response_lengths)
+    costs = forward_costs(body, batch, firsts, owner, prompt_lengths, response_lengths)
+    chosen = min(costs, key=costs.get)
+    if chosen == "packed":
+        return packed_hidden_states(body, batch, firsts, owner, prompt_lengths, response_lengths)
+    if chosen == "shared":
+        return shared_prompt_hidden_states(body, batch, firsts, owner, prompt_lengths, response_lengths)
+    out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    return out.last_hidden_state[:, :-1][positions]  # (M, H)
+
+
+def forward_costs(body, batch, firsts: list[int], owner: list[int], prompt_lengths: torch.Tensor,
+                  response_lengths: torch.Tensor) -> dict[str, float]:
+    """Forward FLOPs per layer of each way to run the micro-batch (`policy.packing.layer_costs`): "plain" (n rows of
+    width L), "shared" (U prompts of width Lp, then n responses of width Lr reading them) and, where the model allows
+    it, "packed". Ties go to the first listed."""
+    per_token, per_pair = layer_costs(body)
+    n, length = batch.input_ids.shape
+    distinct = len(firsts)
+    prompt_width, response_width = int(prompt_lengths[firsts].max()), int(response_lengths.max())
+    costs = {"plain": n * length * (per_token + length * per_pair)}
+    if distinct < n:
+        costs["shared"] = (distinct * prompt_width * (per_token + prompt_width * per_pair)
+                           + n * response_width * (per_token + (prompt_width + response_width) * per_pair))
+    if packing_supported(body):
+        rows_of = [[row for row, u in enumerate(owner) if u == v] for v in range(distinct)]
+        costs["packed"] = packing_cost(body, prompt_lengths[firsts].tolist(), response_lengths.tolist(), rows_of)
+    return costs
 
 
 def shared_prompt_hidden_states(body, batch, firsts: list[int], owner: list[int], prompt_lengths: torch.Tensor,
