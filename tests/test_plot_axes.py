@@ -1,11 +1,16 @@
 """Readable axes (issue 45): batch axes ticked in plain numbers at the batches measured, never colliding; an rN axis
-not squashed by one wide two-seed interval (it is clipped, its end written)."""
+not squashed by one wide two-seed interval (it is clipped, its end written); the knee and the critical batch each
+labelled along its own line; generation throughput in samples/s, the unit of the decision's q."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
+from document_fixtures import generation_profile
 
 import batchscale.analysis.plots as plots
+import batchscale.report.figures as figures
 from batchscale.analysis.plot_axes import dodge, draw_ratio_interval, ratio_limits, set_batch_axis, spaced
 from batchscale.analysis.plots import plt
 
@@ -58,4 +63,23 @@ def test_the_rn_figure_follows_the_point_estimates(tmp_path, monkeypatch):
     assert high < 2.0 and low > 0.5  # P8's interval 0.2-6.4 no longer sets the axis
     assert {"0.2", "6.4"} <= {t.get_text() for t in ax.texts}
     assert labels_of(ax)[0] == ["32", "64", "128"]
+    plt.close(kept["fig"])
+
+
+def test_generation_is_drawn_in_samples_per_s_with_each_line_labelled_along_itself(tmp_path, monkeypatch):
+    kept = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: kept.setdefault("fig", fig) and path)
+    levels = [1, 2, 4, 8, 16, 32, 64]
+    profile = generation_profile(levels, [1000.0 * b / (b + 8) for b in levels])
+    inputs = SimpleNamespace(generation_profile=profile, plan={"regime": {"critical_training_batch": 75.0}})
+    figure = figures.draw_generation_figure(inputs, tmp_path)
+    ax = kept["fig"].axes[0]
+    measured = ax.get_lines()[0]
+    assert list(measured.get_ydata()) == pytest.approx([r.responses_per_s for r in profile.rows])
+    assert ax.get_ylabel() == "samples/s" and "samples (responses) per second" in figure.caption
+    texts = {t.get_text().strip(): t.get_position()[1] for t in ax.texts}
+    knee = next(t for t in texts if t.startswith("knee B_90"))
+    critical = next(t for t in texts if t.startswith("critical training batch B_simple 75"))
+    assert texts[knee] != texts[critical]  # 72 and 75 lie close: their labels stand at different heights
+    assert labels_of(ax)[0] == ["1", "2", "4", "8", "16", "32", "64"]
     plt.close(kept["fig"])
