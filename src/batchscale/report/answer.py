@@ -87,8 +87,9 @@ def classify_answer(plan: dict) -> Answer:
                           "Every other configuration is beaten even by the bound its censored seeds give: run the "
                           "reference, or give the others a larger budget to compare them at all.", (best,))
         return Answer("reference_only", "Reference only, not resolved", f"Only the reference {best} reached the target",
-                      "Nothing else reached the target or ran, so it is compared with nothing: this is not a "
-                      "recommendation of its batch over the others.", (best,))
+                      "No other configuration reached the target (censored, cut by the budget, or not run), so "
+                      "none is shown slower than it: this is not a recommendation of its batch over the others; "
+                      "give them a larger budget to compare them.", (best,))
     if answer == "winner":
         return Answer("winner", "Resolved", f"Resolved: {best} reaches the target soonest",
                       f"{best} beats every other configuration at the 95% level (test on ln T over seeds).", (best,))
