@@ -40,3 +40,26 @@ def test_quick_demo_produces_a_report_with_the_decision(tmp_path, capsys):
     # a rerun resumes: the sweep skips the finished runs
     assert main(["demo", "--quick", "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["seconds"]["sweep"] < result["seconds"]["sweep"]
+
+
+def test_the_demo_says_its_own_eval_spacing_is_a_choice_and_hands_on_other_warnings(tmp_path, capsys):
+    """Issue 45: the demo warned about its own eval spacing. A crossing read from evals more than 25% of N* apart is
+    the demo's design (FULL: 512 samples, the spacing the racing rule was simulated at), said in one note; every other
+    DataWarning still reaches the caller. Synthetic runs that evaluate every 1,024 samples trip the check."""
+    import warnings
+
+    from batchscale.analysis.synthetic import write_synthetic_sweep
+    from batchscale.demo import FULL, analyze_demo, sweep_toml
+    from batchscale.errors import DataWarning, SparseEvalWarning
+
+    sweep = write_synthetic_sweep(tmp_path / "sweep", prompts_per_step=(8, 64), seeds=(0, 1), seed_sd=0.0)
+    (tmp_path / "sweep" / "runs" / "p8_g8_sqrt__s0" / "metrics.jsonl").open("a").write('{"kind": "st')  # torn line
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        analysis = analyze_demo(sweep, FULL)
+    assert analysis["reference"] and not [w for w in caught if issubclass(w.category, SparseEvalWarning)]
+    assert [w for w in caught if issubclass(w.category, DataWarning)]  # the torn line is still warned about
+    note = " ".join(capsys.readouterr().err.split())  # the console is stderr's
+    assert "more than 25% of N* apart" in note and "every 512 samples by design" in note and "simulated" in note
+    # and the demo's sweep keeps every eval example, so the report counts fixed and broken answers over the eval set
+    assert f'"run.log_samples" = {FULL.eval_size}' in sweep_toml(FULL)

@@ -376,11 +376,11 @@ RAW = ("\r", "\x1b", "\x07", "\u202e", "\u2066", "\u2069", "\x9b")
 
 def test_controls_escapes_and_bidi_overrides_are_escaped_in_markdown_html_and_console():
     from batchscale.markup import console_text, html_text, markdown_text
-    from batchscale.report.samples import LabelSamples, samples_html, samples_markdown
+    from batchscale.report.samples import Change, LabelSamples, samples_html, samples_markdown
     from batchscale.rundir.samples import SampleRow
 
-    row = SampleRow(step=1, samples=8, prompt=HOSTILE, answer=HOSTILE, response=HOSTILE, reward=0.0)
-    item = LabelSamples(HOSTILE, 0, [row], [row])
+    row = SampleRow(step=1, samples=8, prompt=HOSTILE, answer=HOSTILE, response=HOSTILE, reward=0.0, correct=False)
+    item = LabelSamples(HOSTILE, [0], [Change(0, row, row.model_copy(update={"correct": True}))], 1)
     for text in (markdown_text(HOSTILE), html_text(HOSTILE), console_text(HOSTILE), "\n".join(samples_markdown([item])),
                  samples_html([item])):
         assert not any(c in text for c in RAW), repr(text)

@@ -284,7 +284,8 @@ def test_plan_json_console_and_report_say_the_same_set(capsys):
     from batchscale.plan.cli import print_plan
     from batchscale.plan.explain import classify_regime, describe_verdict
     from batchscale.plan.make import Plan, plan_document
-    from batchscale.report.tables import headline, verdict
+    from batchscale.report.answer import classify_answer
+    from batchscale.report.tables import verdict
 
     wide = (1.0, 1.1, 0.9)
     plan = compute_plan([tight("ref", 1e5, 10.0, 128), seeded("p8", [1e5 * f for f in wide], 16.0, 256),
@@ -297,7 +298,39 @@ def test_plan_json_console_and_report_say_the_same_set(capsys):
     sentence = describe_verdict(document)
     assert sentence.startswith("Resolved as a near-optimal set") and "any of p8, p16 (T/T_ref 0.62-0.65" in sentence
     assert "not separated" in sentence and verdict(document) == sentence
-    assert headline(document) == "Best configuration: p8, the fastest of a near-optimal set: any of p8, p16"
+    assert classify_answer(document).heading == "Near-optimal set: any of p8, p16"
     print_plan(plan, explanation, regime, document)
     out = " ".join(capsys.readouterr().out.split())
     assert "Best: any of p8, p16 (fastest: p8)." in out and f"Verdict: {sentence}" in out and "~ p16" in out
+
+
+# --- T/T_ref with its interval, per configuration (the report's figure of T/T_ref against B) -------------------------
+
+def test_each_configuration_gets_its_time_ratio_to_the_reference_with_the_tests_interval():
+    ref = tight("ref", 3000.0, 100.0, 4)
+    fast = tight("fast", 3100.0, 140.0, 8)
+    one = seeded("one", [2900.0], 120.0, 16)  # one seed: no interval of its own
+    cut = seeded("cut", [None, None], 210.0, 64, censored_at=9000.0)
+    plan = compute_plan([ref, fast, one, cut], "ref")
+    ratios = {r.label: r for r in plan.reference_ratios}
+    assert set(ratios) == {"fast", "cut"}  # not the reference itself, not a one-seed point
+    compared = compare_log_time(fast, ref, plan.pool)
+    got = ratios["fast"]
+    assert got.ratio == pytest.approx(plan.row("fast").normalized_time_to_target)  # the table's T/T_ref, its centre
+    assert (got.low, got.high) == pytest.approx((math.exp(compared.low), math.exp(compared.high)))
+    assert got.low < got.ratio < got.high and not got.bounded
+    bound = ratios["cut"]  # censored: a lower bound, nothing above it
+    assert bound.bounded and bound.high is None and bound.low < bound.ratio
+    assert bound.ratio == pytest.approx((9000.0 / 210.0) / (3000.0 / 100.0), rel=0.02)
+    from batchscale.plan.explain import classify_regime
+    from batchscale.plan.make import Plan, plan_document
+
+    rows = {r["label"]: r for r in plan_document(Plan(plan, "", classify_regime(None, None),
+                                                      {"source": "table", "throughput_method": "given"}))
+            .to_json()["rows"]}
+    assert (rows["fast"]["normalized_time_to_target_low"], rows["fast"]["normalized_time_to_target_high"]) == \
+        pytest.approx((got.low, got.high))
+    assert rows["fast"]["normalized_time_to_target_at_least"] is None
+    assert rows["cut"]["normalized_time_to_target_at_least"] == pytest.approx(bound.ratio)
+    assert rows["cut"]["normalized_time_to_target_high"] is None
+    assert rows["ref"]["normalized_time_to_target_low"] is None and rows["one"]["normalized_time_to_target_low"] is None

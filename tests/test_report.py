@@ -23,6 +23,7 @@ from batchscale.report.build import build_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LEARNING_PNGS = ("j_vs_samples.png", "j_vs_steps.png", "grad_norm_vs_batch.png", "r_n_vs_batch.png")
+DECISION_PNGS = ("time_ratio_vs_batch.png", "j_vs_wall_clock.png")
 
 
 class ReportParser(HTMLParser):
@@ -88,10 +89,15 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     decision, explanation, regime = made.decision, made.explanation, made.regime
     assert decision.best == WINNER  # the plan itself picks the designed optimum
     parsed = parse(report_html)
-    # the decision table: one row per label, the winner's row alone highlighted, its numbers as the plan computed them
+    # the decision table: one row per label; the answer is a near-optimal set not separated (report_fixtures: P32,
+    # P64 and P128 lie within 8% in T), so its members are marked \u2248, none starred, and the fastest's numbers are
+    # the plan's
+    assert decision.answer == "near_optimal" and not decision.equivalent
     assert len(parsed.rows) == len(decision.rows) == 6
-    winners = [row for row, css in zip(parsed.rows, parsed.row_classes) if css == "winner"]
-    assert len(winners) == 1 and winners[0][0] == f"\u2605 {WINNER}"
+    marked = [row for row, css in zip(parsed.rows, parsed.row_classes) if css == "near"]
+    assert sorted(row[0] for row in marked) == sorted(f"\u2248 {label}" for label in decision.near_optimal)
+    assert "winner" not in parsed.row_classes and not any("\u2605" in row[0] for row in parsed.rows)
+    winners = [row for row in marked if row[0] == f"\u2248 {WINNER}"]
     won = decision.row(WINNER)
     assert winners[0][1:4] == ["64", "8", "512"]  # P, G, B_train
     assert winners[0][6] == f"{won.r_n:.2f}" and winners[0][7] == f"{won.throughput_gain:.2f}x"
@@ -105,8 +111,8 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     assert "generation-knee-first" in text and "How this was measured" in text
     assert MACHINE["cpu"] in text and MACHINE["torch_version"] in text and "t-interval on log N*" in text
     assert "id=\"verdict\"" in text and ("Resolved" in text or "Unresolved:" in text)
-    # six figures, all inline PNGs: the file opens offline
-    assert len(parsed.images) == 6 and parsed.external == []
+    # eight figures, all inline PNGs: the file opens offline
+    assert len(parsed.images) == 8 and parsed.external == []
     for src in parsed.images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
@@ -116,11 +122,12 @@ def test_html_decision_table_winner_explanation_and_embedded_figures(sweep, tmp_
     # it replaces analyze's report.md, so it carries that content too: the learning table and the alignment statistic
     assert "## Learning side: samples-to-target, invariance, gradient noise" in markdown
     assert "aligned: D = mean |J_label - J_ref|" in markdown
-    assert f"## Best configuration: {WINNER}" in markdown and markdown_text(explanation) in markdown
+    assert f"## Near-optimal set: any of {', '.join(decision.near_optimal)}" in markdown
+    assert markdown_text(explanation) in markdown
     header = "| label | P | G | B_train | N* (samples) | q (samples/s) | rN | throughput gain q/q_ref | T = N*/q | realized T | T/T_ref |"
     assert header in markdown
-    assert f"| **\u2605 {WINNER}** | 64 | 8 | 512 |" in markdown
-    for name in (*LEARNING_PNGS, "generation_throughput.png", "training_time.png"):
+    assert f"| \u2248 {WINNER} | 64 | 8 | 512 |" in markdown
+    for name in (*DECISION_PNGS, *LEARNING_PNGS, "generation_throughput.png", "training_time.png"):
         assert f"]({name})" in markdown and (sweep / name).read_bytes().startswith(PNG_MAGIC)
     assert not [p.name for p in sweep.iterdir() if p.name.startswith(".") and p.name != ".batchscale"]  # no temporaries
 
@@ -133,7 +140,7 @@ def test_cli_analyses_first_and_prints_json(analysed, tmp_path, capsys):
     doc = json.loads(captured.out)
     assert doc["best"] == WINNER and doc["reference"] == "p8_g8_sqrt"
     assert Path(doc["report_html"]) == sweep / "report.html" and Path(doc["report_md"]) == sweep / "report.md"
-    assert {"explanation", "regime", "rows"} <= doc.keys() and len(doc["figures"]) == 4
+    assert {"explanation", "regime", "rows"} <= doc.keys() and len(doc["figures"]) == 6
     assert (sweep / "analysis.json").is_file() and "analysing the runs first" in captured.err
     assert doc["regime"]["name"] == "unknown"  # no generation profile given or found
     code = main(["report", str(sweep)])  # human output: the path on stdout
@@ -147,9 +154,9 @@ def test_profiles_found_in_sweep_dir_and_missing_pngs_redrawn(sweep, tmp_path):
     out = tmp_path / "out"
     report_html = build_report(sweep, None, None, out_dir=out)
     assert report_html == out / "report.html" and not (sweep / "report.html").exists()
-    assert len(parse(report_html).images) == 6
+    assert len(parse(report_html).images) == 8
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [*LEARNING_PNGS, "generation_throughput.png", "training_time.png", "report.html", "report.md"])
+        [*DECISION_PNGS, *LEARNING_PNGS, "generation_throughput.png", "training_time.png", "report.html", "report.md"])
     assert "generation-knee-first" in report_html.read_text()
 
 

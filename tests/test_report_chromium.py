@@ -31,6 +31,6 @@ def test_html_renders_decision_table_in_headless_chromium(tmp_path):
     assert '<table id="decision-table">' in dom
     table = dom.split('<table id="decision-table">', 1)[1].split("</table>", 1)[0]
     assert table.count("<tr") == 7  # header + six configurations
-    assert '<tr class="winner">' in table and f"\u2605 {WINNER}" in table
-    assert f"Best configuration: {WINNER}" in dom
-    assert dom.count('src="data:image/png;base64,') == 5  # four learning plots + the generation profile
+    assert '<tr class="near">' in table and f"\u2248 {WINNER}" in table  # a near-optimal set, not separated
+    assert 'data-answer="near_optimal"' in dom and "Near-optimal set: any of" in dom
+    assert dom.count('src="data:image/png;base64,') == 7  # the decision's two, four learning, the generation profile

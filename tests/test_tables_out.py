@@ -76,6 +76,9 @@ def test_plan_table_round_trips_to_the_json(sweep, tmp_path, suffix):
     assert list(table) == [r["label"] for r in document["rows"]]  # the plan's order
     renamed = {"samples_to_target": "n_star_samples", "time_to_target": "t_target_s",
                "time_to_target_realized": "t_target_realized_s", "normalized_time_to_target": "t_target_normalized",
+               "normalized_time_to_target_low": "t_target_normalized_ci_low",
+               "normalized_time_to_target_high": "t_target_normalized_ci_high",
+               "normalized_time_to_target_at_least": "t_target_normalized_at_least",
                "score": "speedup_over_reference"}
     for entry in document["rows"]:
         row = table[entry["label"]]

@@ -29,3 +29,9 @@ class DataWarning(UserWarning):
     """Something the user should know about the input or a result, but that does not stop the command (a dropped
     truncated line, a censored seed, a target outside the scores). The CLI prints each as one `warning:` line, and
     `analyze` lists them in its report."""
+
+
+class SparseEvalWarning(DataWarning):
+    """A seed's crossing read between evals more than analysis.targets.WIDE_BRACKET_FRACTION of its N* apart. A class
+    of its own so that a caller that chose the eval spacing deliberately (the demo) can say why in its own words
+    rather than warn about its own choice; every filter on DataWarning still catches it."""

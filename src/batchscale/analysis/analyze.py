@@ -32,7 +32,7 @@ import numpy as np
 from batchscale.analysis import alignment, curves, gradnoise, intervals, prediction, signal, targets
 from batchscale.analysis.runs import LoadedRun, load_runs
 from batchscale.config import DEFAULT_LR_RULE, LR_RULE_EXPONENTS, read_lr_rule
-from batchscale.errors import DataWarning, UserError
+from batchscale.errors import DataWarning, SparseEvalWarning, UserError
 from batchscale.rundir import ANALYSIS_FILE, AnalysisDocument, race_target, read_sweep_document
 from batchscale.rundir.ownership import (MARKER_FILE, check_may_write_outputs, directory_kind, mark_directory,
                                          read_marker)
@@ -371,7 +371,7 @@ def warn_wide_brackets(label: str, runs: list[LoadedRun], seed_curves: list, n_s
     if wide:
         warnings.warn(f"{label}: the crossing lies between evals more than {targets.WIDE_BRACKET_FRACTION:.0%} of N* "
                       f"apart ({'; '.join(wide)}), so linear interpolation reads N* late on a concave curve: evaluate "
-                      "more often", DataWarning)
+                      "more often", SparseEvalWarning)
 
 
 def mean_of_present(values: list[float | None]) -> float | None:

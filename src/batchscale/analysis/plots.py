@@ -5,6 +5,8 @@
 - gradient norm vs samples_per_update on log-log axes, with the fitted slope over its range and sqrt(a + b/B);
 - rN vs samples_per_step with the N* t-interval (log scale) propagated as ci / mean N*(reference), and rN = 1; beside it,
   the rN predicted from the reference run's own gradient noise scale (analysis.prediction).
+Batch axes are ticked at the batches measured, in plain numbers, and the rN axis is clipped to the point estimates
+(analysis.plot_axes), so neither colliding tick labels nor one wide two-seed interval make a figure unreadable.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 import numpy as np  # noqa: E402
 
+from batchscale.analysis.plot_axes import (dodge, draw_ratio_interval, ratio_limits, set_batch_axis,  # noqa: E402
+                                           set_plain_log_axis, set_ratio_axis)
 from batchscale.analysis.prediction import plot_predicted_penalty  # noqa: E402
 
 PLOT_FILES = {
@@ -80,34 +84,36 @@ def plot_grad_norm(details: dict, temporary: Path) -> Path:
             dense = np.geomspace(batches.min(), batches.max(), 100)
             ax.plot(dense, np.sqrt(fit["a"] + fit["b"] / dense), ":", color=points.get_color(),
                     label=f"{network} fit, B_simple {fit['b_simple']:.3g}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("samples_per_update B")
+    set_batch_axis(ax, [b for fit in (details.get("grad_noise") or {}).values() if fit
+                        for b in fit["samples_per_update"]], "samples_per_update B")
+    set_plain_log_axis(ax, "y")
     ax.set_ylabel("mean gradient norm")
     return save_figure(fig, temporary)
 
 
 def plot_r_n(result: dict, temporary: Path) -> Path:
-    """rN per label against its batch size, marked by aligned / not aligned."""
+    """rN per label against its batch size, marked by aligned / not aligned, on a log axis clipped to the point
+    estimates (plot_axes: an interval reaching beyond is an arrow at the edge with its end written)."""
     fig, ax = plt.subplots(figsize=(6, 4.5))
     reference_n = result["configs"][result["reference"]]["samples_to_target"]["mean"]
-    for label in ordered_labels(result):
-        config = result["configs"][label]
-        if config["r_n"] is None:
-            continue
+    shown = [(label, result["configs"][label]) for label in ordered_labels(result)
+             if result["configs"][label]["r_n"] is not None]
+    limits = ratio_limits([c["r_n"] for _, c in shown] + [c.get("r_n_predicted") for _, c in shown])
+    clipped = 0
+    for i, ((label, config), x) in enumerate(zip(shown, dodge([c["samples_per_step"] for _, c in shown]))):
+        color = f"C{i % 10}"
         n_star = config["samples_to_target"]
-        error = None
         if n_star["ci_low"] is not None and reference_n:
-            low, high = n_star["ci_low"] / reference_n, n_star["ci_high"] / reference_n
-            # max(0, .): seeds with equal N* give an interval of zero width, off the mean only by rounding
-            error = [[max(0.0, config["r_n"] - low)], [max(0.0, high - config["r_n"])]]
+            clipped += draw_ratio_interval(ax, x, n_star["ci_low"] / reference_n, n_star["ci_high"] / reference_n,
+                                           limits, color)
         marker = "o" if config["aligned"] else "x"
-        ax.errorbar(config["samples_per_step"], config["r_n"], yerr=error, fmt=marker, capsize=3, label=label)
+        ax.plot(x, config["r_n"], marker, color=color, label=label, ls="none")
     plot_predicted_penalty(ax, result)
     ax.axhline(1.0, color="k", ls="--", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("samples_per_step B")
-    ax.set_ylabel("rN = N*(B) / N*(B_ref)")
+    set_batch_axis(ax, [c["samples_per_step"] for _, c in shown], "samples_per_step B")
+    set_ratio_axis(ax, limits, "rN = N*(B) / N*(B_ref)")
+    if clipped:
+        ax.set_title("arrows: interval ends beyond the axis (value written)", fontsize=8)
     return save_figure(fig, temporary)
 
 

@@ -38,7 +38,7 @@ from dataclasses import replace
 
 from batchscale.errors import UserError
 from batchscale.plan.log_time import pool_variance
-from batchscale.plan.resolve import resolve_plan
+from batchscale.plan.resolve import ratios_to_reference, resolve_plan
 from batchscale.plan.rows import ConfigMeasurement, Decision, PlanRow
 
 TIE_RELATIVE_TOLERANCE = 1e-9
@@ -88,7 +88,8 @@ def compute_plan(measurements: list[ConfigMeasurement], reference: str, no_signa
     return Decision(reference, rows, best, runner_up=r.runner_up, why_unresolved=r.why_unresolved, answer=r.answer,
                     near_optimal=r.near_optimal, near_optimal_ratios=r.near_optimal_ratios,
                     joint_confidence=r.joint_confidence, equivalent=r.equivalent, budget_cut=r.budget_cut,
-                    not_run=r.not_run, pool=pool, contenders=r.contenders)
+                    not_run=r.not_run, pool=pool, contenders=r.contenders,
+                    reference_ratios=ratios_to_reference(rows, reference, pool))
 
 
 def _check_positive(m: ConfigMeasurement) -> None:

@@ -1,6 +1,6 @@
 """Doubts about the measurements a decision rests on (issue 45, Deliver 5): checks that say when a number should not
 be trusted as printed, each with what to do. Torch-free: the console (`plan`, `predict`, `profile`) and the report
-call the same checks.
+(its "Doubts" section: `sweep_doubts` with the report's training profile) call the same checks.
 
 Three kinds, each a `Doubt`:
 - "throughput_scatter": the seeds of one configuration, or two labels that run the same batch the same way (same P, G,
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from batchscale.rundir import (ANALYSIS_FILE, GENERATION_PROFILE_FILE, AnalysisDocument, GenerationProfile,
-                               TrainingProfile, read_document, read_run)
+                               TrainingProfile, find_run_dirs, read_document, read_run)
 
 SCATTER_LIMIT = 1.25  # max/min throughput among measurements of the same work
 R2_FLOOR = 0.9  # a fit explaining less of its points' variance is not used without a warning
@@ -140,16 +140,29 @@ def mismatch_doubts(name: str, profile_dtype: str | None, profile_threads: int |
     return doubts
 
 
-def sweep_doubts(sweep_dir: Path, measurements: Sequence, generation_profile: Path | None = None) -> list[Doubt]:
+def sweep_doubts(sweep_dir: Path, measurements: Sequence, generation_profile: Path | None = None,
+                 training_profile: Path | None = None) -> list[Doubt]:
     """What `batchscale plan DIR` doubts: q's scatter (rollout modes from analysis.json) and the generation profile's
-    fit (`generation_profile`, else DIR/profiles/generation.json, as the plan finds it)."""
+    fit (`generation_profile`, else DIR/profiles/generation.json, as the plan finds it); with `training_profile` (the
+    report's), that profile's fit and its arithmetic and threads against every run's summary."""
     sweep_dir = Path(sweep_dir)
     analysis = read_document(sweep_dir / ANALYSIS_FILE, AnalysisDocument)
     doubts = throughput_doubts(measurements, {label: c.rollout_mode for label, c in analysis.configs.items()})
     path = Path(generation_profile) if generation_profile else sweep_dir / GENERATION_PROFILE_FILE
     if path.is_file():
         doubts += fit_doubts(path.name, generation_knee=read_document(path, GenerationProfile).knee)
+    if training_profile is not None:
+        runs = map(read_run, find_run_dirs(sweep_dir))
+        doubts += training_profile_doubts(training_profile, [r.summary.machine for r in runs if r.summary is not None])
     return doubts
+
+
+def training_profile_doubts(training_profile: Path, machines: list[Mapping]) -> list[Doubt]:
+    """A training profile's fit, and its arithmetic and threads against the runs' summary `machine` facts."""
+    profile = read_document(training_profile, TrainingProfile)
+    name = Path(training_profile).name
+    return (fit_doubts(name, training_fit=profile.fit)
+            + mismatch_doubts(name, profile.compute_dtype, profile.threads, machines))
 
 
 def run_doubts(run_dir: Path, training_profile: Path | None, generation_profile: Path | None = None) -> list[Doubt]:
@@ -160,12 +173,8 @@ def run_doubts(run_dir: Path, training_profile: Path | None, generation_profile:
         doubts += fit_doubts(Path(generation_profile).name,
                              generation_knee=read_document(generation_profile, GenerationProfile).knee)
     if training_profile is not None:
-        profile = read_document(training_profile, TrainingProfile)
-        name = Path(training_profile).name
         run = read_run(run_dir)
-        doubts += fit_doubts(name, training_fit=profile.fit)
-        doubts += mismatch_doubts(name, profile.compute_dtype, profile.threads,
-                                  [run.summary.machine] if run.summary is not None else [])
+        doubts += training_profile_doubts(training_profile, [run.summary.machine] if run.summary is not None else [])
     return doubts
 
 

@@ -124,13 +124,19 @@ def describe_near_optimal(labels, normalized_times, ratios: list[dict], equivale
     return f"any of {', '.join(labels)} ({spread}each beats the reference; {tie})"
 
 
+def plan_answer(plan: dict) -> str:
+    """The plan document's `answer` (rows.ANSWERS); a plan.json older than `answer` is read from `resolved`."""
+    answer = plan.get("answer")
+    if answer is None:
+        answer = "none" if plan.get("best") is None else ("winner" if plan.get("resolved") else "unresolved")
+    return answer
+
+
 def describe_verdict(plan: dict) -> str:
     """The verdict in one sentence from the plan document (`rundir.PlanDocument` as JSON), for `plan` and the report
     alike: a resolved winner, a resolved near-optimal set, or why neither. A plan.json older than `answer` is read
     from `resolved`."""
-    best, answer = plan.get("best"), plan.get("answer")
-    if answer is None:
-        answer = "none" if best is None else ("winner" if plan.get("resolved") else "unresolved")
+    best, answer = plan.get("best"), plan_answer(plan)
     if answer == "winner":
         return (f"Resolved: {best} reaches the target sooner than every other configuration at the 95% level "
                 "(test on ln T over seeds, each seed's own N* and q).")

@@ -15,7 +15,7 @@ from batchscale.plan.explain import Regime, classify_regime, explain_decision
 from batchscale.plan.load_table import load_table
 from batchscale.plan.memory import MemoryLimit, apply_memory_limit, check_parallelism
 from batchscale.plan.phase_times import carry_server_generation
-from batchscale.plan.rows import Decision, PlanRow
+from batchscale.plan.rows import Decision, PlanRow, ReferenceRatio
 from batchscale.plan.sweep_inputs import THROUGHPUT_METHOD, load_sweep_inputs
 from batchscale.rundir import PlanDocument
 
@@ -110,6 +110,7 @@ def reachable_knee(knee: float | None, profile, memory: MemoryLimit | None) -> t
 def plan_document(plan: Plan) -> PlanDocument:
     """The machine-readable plan; times in seconds, throughput in samples/s."""
     decision, regime = plan.decision, plan.regime
+    ratios = {r.label: r for r in decision.reference_ratios}
     reference_n = decision.row(decision.reference).measurement.samples_to_target
     return PlanDocument.model_validate({
         "reference": decision.reference,
@@ -135,7 +136,8 @@ def plan_document(plan: Plan) -> PlanDocument:
             "tentative": regime.tentative,
         },
         **plan.source,
-        "rows": [_row_to_json(r, reference_n, r.label in decision.budget_cut) for r in decision.rows],
+        "rows": [_row_to_json(r, reference_n, r.label in decision.budget_cut, ratios.get(r.label))
+                 for r in decision.rows],
     })
 
 
@@ -144,9 +146,12 @@ def plan_sweep(path: Path, generation_profile: Path | None = None) -> PlanDocume
     return plan_document(make_plan(path=path, generation_profile=generation_profile))
 
 
-def _row_to_json(r: PlanRow, reference_n: float | None, cut: bool) -> dict:
+def _row_to_json(r: PlanRow, reference_n: float | None, cut: bool, ratio: ReferenceRatio | None) -> dict:
     m = r.measurement
     budget = m.budget_samples
+    interval = {"normalized_time_to_target_low": ratio.low if ratio else None,
+                "normalized_time_to_target_high": ratio.high if ratio else None,
+                "normalized_time_to_target_at_least": ratio.ratio if ratio and ratio.bounded else None}
     return {
         "label": m.label,
         "prompts_per_step": m.prompts_per_step,
@@ -166,5 +171,6 @@ def _row_to_json(r: PlanRow, reference_n: float | None, cut: bool) -> dict:
         "budget_samples": budget,
         "budget_over_reference_n_star": budget / reference_n if budget and reference_n else None,
         "budget_cut": cut,
+        **interval,
         **m.extra,
     }

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from batchscale.analysis.intervals import ONE_SEED
 from batchscale.plan.log_time import (CONFIDENCE, Comparison, PointEstimate, Pool, compare, estimate_point,
                                       lower_bound, upper_bound)
-from batchscale.plan.rows import EQUIVALENCE_MARGIN, ConfigMeasurement, PlanRow, RatioInterval
+from batchscale.plan.rows import EQUIVALENCE_MARGIN, ConfigMeasurement, PlanRow, RatioInterval, ReferenceRatio
 
 
 MIN_SEEDS = 2  # a configuration is compared (beaten, or named best) only with its own spread in view
@@ -168,6 +168,24 @@ def _why_no_set(rows: list[PlanRow], winner: PlanRow, reference: str, pool: Pool
             return (f"{member.label}, which {winner.label} does not beat, does not beat the reference {reference} "
                     f"{_within(compared)}")
     return None
+
+
+def ratios_to_reference(rows: list[PlanRow], reference: str, pool: Pool | None) -> tuple[ReferenceRatio, ...]:
+    """T_label / T_ref and its 95% interval for every other configuration the test can compare with the reference
+    (rows.ReferenceRatio; a point with censored seeds gets a lower bound). The reference itself, and a point with one
+    seed or no pooled spread, get none: their figure shows the point estimate alone."""
+    ref = _row(rows, reference).measurement
+    ratios = []
+    for r in rows:
+        if r.label == reference:
+            continue
+        compared = compare_log_time(r.measurement, ref, pool)
+        if isinstance(compared, NoComparison):
+            continue
+        bounded = not all(s.reached for s in r.measurement.seed_times)
+        ratios.append(ReferenceRatio(r.label, math.exp(compared.difference), math.exp(compared.low),
+                                     None if bounded else math.exp(compared.high), bounded))
+    return tuple(ratios)
 
 
 def _cut_sentence(row: PlanRow, bounded: PointEstimate, winner: PointEstimate, pool: Pool, best: str) -> str:

@@ -74,6 +74,20 @@ class RatioInterval:
 
 
 @dataclass(frozen=True)
+class ReferenceRatio:
+    """T_label / T_ref from the test on ln T (resolve.py's model: each seed's own N* and q, the pooled variance), with
+    its 95% interval, for the figure of T/T_ref against B. With censored seeds (`bounded`) those seeds count at the
+    samples they trained, so `ratio` is a lower bound on T/T_ref, `low` the 97.5% bound below it, and `high` is None:
+    nothing bounds it from above."""
+
+    label: str
+    ratio: float
+    low: float
+    high: float | None
+    bounded: bool
+
+
+@dataclass(frozen=True)
 class Decision:
     """The decision table and its winner (None when no row is eligible, or there is nothing to decide on), the
     runner-up, and which kind of answer the test on log T gives (resolve.py):
@@ -101,6 +115,8 @@ class Decision:
     not_run: tuple[str, ...] = ()  # points no seed of which ran (a racing sweep's time budget ended first)
     pool: Pool | None = None  # the pooled seed-to-seed variance of ln T the tests used (plan/log_time.py)
     contenders: tuple[str, ...] = ()  # the best and every configuration it does not beat: where more seeds help
+    # every configuration but the reference that a test on ln T can compare with it (two seeds, a pooled spread)
+    reference_ratios: tuple[ReferenceRatio, ...] = ()
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:

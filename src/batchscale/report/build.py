@@ -2,8 +2,8 @@
 
 Order: every input is read and validated first (a UserError leaves the output directory untouched), then every file is
 rendered under a temporary name in a scratch directory inside the output directory, and only then moved into place with
-os.replace. Written: report.html, report.md, and the PNGs the report drew itself (the systems plots, and the learning
-plots when analysis.json's own were missing); the analysis's PNGs are reused where they are.
+os.replace. Written: report.html, report.md, and the PNGs the report drew itself (the decision's two, the systems
+plots, and the learning plots when analysis.json's own were missing); the analysis's PNGs are reused where they are.
 Note: `batchscale analyze` also writes a learning-side report.md; this one replaces it and carries its table.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from batchscale.report.figures import GENERATION_FILE, TRAINING_FILE, collect_figures, make_work_dir
+from batchscale.report.figures import DRAWN_FILES, collect_figures, make_work_dir
 from batchscale.report.html import render_html
 from batchscale.report.inputs import gather_inputs
 from batchscale.report.markdown import render_markdown
 
 HTML_FILE, MARKDOWN_FILE = "report.html", "report.md"
-REPORT_OUTPUTS = (HTML_FILE, MARKDOWN_FILE, GENERATION_FILE, TRAINING_FILE)  # what write_report may add to out_dir
+REPORT_OUTPUTS = (HTML_FILE, MARKDOWN_FILE, *DRAWN_FILES)  # what write_report may add to out_dir
 
 
 def build_report(

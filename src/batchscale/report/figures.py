@@ -1,37 +1,36 @@
-"""The report's figures as PNG files: the analysis's own learning-side plots, plus the two systems plots.
+"""The report's figures as PNG files: the two of the decision (report/decision_figures.py), the analysis's own
+learning-side plots, and the two systems plots.
 
 Learning side (J vs samples, J vs steps, gradient norm vs B, rN vs B): the PNGs `batchscale analyze` wrote next to
 analysis.json are reused as they are; when they are missing (analysis.json copied alone) they are redrawn with the
 analysis's own `render_plots` from the details the report computed once (report/inputs.py).
 Systems side, drawn here because no other module draws them:
-- generation throughput vs concurrency (log2 x axis), the profile's fitted q(B) = q_max * B / (B + B_half), B_90 and
-  the doubling knee marked, and the critical training batch B_simple for comparison (the regime is which of the two
-  comes first);
+- generation throughput vs concurrency in samples/s, the unit of the decision's q (each level's responses/s; the
+  profile's fit q(B) = q_max * B / (B + B_half) is made on tokens/s and drawn divided by the median tokens per response
+  over the levels), the x axis ticked at the levels measured; B_90, the doubling knee and the critical training batch
+  B_simple (the regime is which of the two comes first) each a vertical line labelled along itself, at staggered
+  heights, so close lines stay legible;
 - training time per update vs samples per update, with the profile's linear fit seconds = seconds_fixed +
   seconds_per_token * tokens.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from batchscale.analysis.plot_axes import draw_marked_lines, plain_number, set_batch_axis
 from batchscale.analysis.plots import PLOT_FILES, plt, save_figure
+from batchscale.report.decision_figures import (TIME_RATIO_FILE, WALL_CLOCK_FILE, draw_time_ratio_figure,
+                                                draw_wall_clock_figure)
+from batchscale.report.figure import Figure
 from batchscale.report.inputs import ReportInputs
 
 GENERATION_FILE, TRAINING_FILE = "generation_throughput.png", "training_time.png"
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str  # file name in the output directory
-    title: str
-    caption: str
-    path: Path  # where the PNG is now (final for reused analysis plots, temporary for drawn ones)
-    drawn: bool  # True when this report drew it (so it is written into the output directory)
+DRAWN_FILES = (TIME_RATIO_FILE, WALL_CLOCK_FILE, GENERATION_FILE, TRAINING_FILE)  # what this report may draw
 
 
 LEARNING_TITLES = {
@@ -69,29 +68,35 @@ def draw_generation_figure(inputs: ReportInputs, work_dir: Path) -> Figure | Non
         return None
     rows = sorted(profile.rows, key=lambda r: r.concurrency)
     b = np.array([r.concurrency for r in rows], dtype=float)
-    q = np.array([r.tokens_per_s for r in rows], dtype=float)
-    knee = profile.knee
+    q = np.array([r.responses_per_s for r in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(b, q, "o", label="measured tokens/s")
-    caption = "Measured median throughput per concurrency level"
+    ax.plot(b, q, "o", label="measured samples/s")
+    caption = "Measured median throughput per concurrency level, in samples (responses) per second, as q is"
+    knee, marks = profile.knee, []
     if knee is not None:
+        tokens_per_sample = statistics.median(r.tokens / r.responses for r in rows if r.responses)
         dense = np.geomspace(b.min(), max(b.max(), knee.b_90), 200)
-        ax.plot(dense, knee.q_max * dense / (dense + knee.b_half), "-", label="fit q_max B / (B + B_half)")
-        caption += f"; fit q(B) = {knee.q_max:.4g} * B / (B + {knee.b_half:.3g}), R^2 {knee.r2:.3f}"
+        ax.plot(dense, knee.q_max * dense / (dense + knee.b_half) / tokens_per_sample, "-",
+                label="fit q_max B / (B + B_half)")
+        caption += (f"; fit on tokens/s q(B) = {knee.q_max:.4g} * B / (B + {knee.b_half:.3g}), R^2 {knee.r2:.3f}, "
+                    f"drawn divided by the median {tokens_per_sample:.3g} tokens per response")
         extrapolated = " (extrapolated)" if knee.extrapolated else ""
-        ax.axvline(knee.b_90, color="C3", ls="--", lw=1, label=f"knee B_90 = {knee.b_90:.3g}{extrapolated}")
+        marks.append((knee.b_90, f"knee B_90 {plain_number(knee.b_90)}{extrapolated}",
+                      {"color": "C3", "ls": "--", "lw": 1}))
         caption += f"; knee B_90 = 9 B_half = {knee.b_90:.3g}{extrapolated}"
         if knee.doubling_knee is not None:
-            ax.axvline(knee.doubling_knee, color="C4", ls=":", lw=1.5, label=f"doubling knee {knee.doubling_knee:g}")
+            marks.append((knee.doubling_knee, f"doubling knee {plain_number(knee.doubling_knee)}",
+                          {"color": "C4", "ls": ":", "lw": 1.5}))
             caption += (f"; doubling knee {knee.doubling_knee:g} (next doubling gains < "
                         f"{knee.doubling_threshold:.0%})")
     b_simple = inputs.plan["regime"]["critical_training_batch"]
     if b_simple is not None:
-        ax.axvline(b_simple, color="k", ls="-.", lw=1, label=f"critical training batch B_simple {b_simple:.3g}")
+        marks.append((b_simple, f"critical training batch B_simple {plain_number(b_simple)}",
+                      {"color": "k", "ls": "-.", "lw": 1}))
         caption += f"; dash-dot: B_simple = {b_simple:.3g} samples/update from the gradient-noise fit"
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (samples in flight)")
-    ax.set_ylabel("tokens/s")
+    draw_marked_lines(ax, marks)
+    set_batch_axis(ax, b, "concurrency (samples in flight)")
+    ax.set_ylabel("samples/s")
     path = save_figure(fig, work_dir / f".{GENERATION_FILE}.tmp")
     return Figure(GENERATION_FILE, "Generation throughput vs concurrency", caption + ".", path, True)
 
@@ -112,17 +117,18 @@ def draw_training_figure(inputs: ReportInputs, work_dir: Path) -> Figure | None:
         ax.plot(x, fit.seconds_fixed + fit.seconds_per_token * tokens, "-", label="fit a + b tokens")
         caption += (f"; profile's fit seconds = {fit.seconds_fixed:.3g} + {fit.seconds_per_token:.3g} * tokens, "
                     f"R^2 {fit.r2:.3f}")
-    ax.set_xlabel("samples_per_update")
+    set_batch_axis(ax, x, "samples_per_update")
     ax.set_ylabel("seconds per update")
     path = save_figure(fig, work_dir / f".{TRAINING_FILE}.tmp")
     return Figure(TRAINING_FILE, "Training time per update vs batch", caption + ".", path, True)
 
 
 def collect_figures(inputs: ReportInputs, work_dir: Path) -> list[Figure]:
-    """Learning figures first, then generation and training when their profiles are given."""
-    figures = collect_learning_figures(inputs, work_dir)
-    figures += [f for f in (draw_generation_figure(inputs, work_dir), draw_training_figure(inputs, work_dir)) if f]
-    return figures
+    """The decision's figures first (T/T_ref vs B, J vs wall-clock), then the learning figures, then generation and
+    training when their profiles are given."""
+    decision = [draw_time_ratio_figure(inputs, work_dir), draw_wall_clock_figure(inputs, work_dir)]
+    systems = [draw_generation_figure(inputs, work_dir), draw_training_figure(inputs, work_dir)]
+    return [f for f in decision if f] + collect_learning_figures(inputs, work_dir) + [f for f in systems if f]
 
 
 def make_work_dir(out_dir: Path) -> tempfile.TemporaryDirectory:

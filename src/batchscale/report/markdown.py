@@ -1,7 +1,9 @@
 """report.md: the same content as report.html in Markdown, for reading in a terminal or on a code host.
 
 Figures are linked by relative path (the PNGs sit in the output directory or next to analysis.json); the HTML is the
-self-contained version. The winner's row is marked with a star and bold label. Every text that came from input
+self-contained version. The heading, an "Answer:" line and the table's marks follow the kind of answer
+(report/answer.py): a resolved winner's row is starred and bold, a tie's members "=", a near-optimal set's "\u2248",
+an unresolved answer's best estimate "?", the lone reference "\u25cb". Every text that came from input
 (labels, names, paths, notes) is escaped (markup.py): raw HTML and link or image syntax in a label stays text.
 """
 
@@ -12,10 +14,11 @@ from pathlib import Path
 
 from batchscale.analysis.prediction import closing_note
 from batchscale.markup import markdown_link, markdown_text
-from batchscale.report.figures import Figure
+from batchscale.report.figure import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.samples import samples_markdown
-from batchscale.report.tables import DECISION_HEADER, decision_rows, headline, measurement_notes, verdict
+from batchscale.report.answer import classify_answer
+from batchscale.report.tables import DECISION_HEADER, decision_rows, doubts_checked, measurement_notes, verdict
 
 
 def _cell(text: str) -> str:
@@ -35,18 +38,19 @@ def figure_link(figure: Figure, out_dir: Path) -> str:
 
 def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) -> str:
     plan = inputs.plan
-    best, near = plan.get("best"), plan.get("near_optimal") or []
+    answer = classify_answer(plan)
     table = []
     for row, cells in decision_rows(plan):
-        if row["label"] == best:  # the cells are escaped by render_table; the star and bold are ours
-            cells = [f"**\u2605 {cells[0]}**"] + cells[1:]
-        elif row["label"] in near:
-            cells = [f"\u2248 {cells[0]}"] + cells[1:]
+        mark = answer.row(row).mark  # the cells are escaped by render_table; the marks and bold are ours
+        if mark:
+            cells = [f"**{mark} {cells[0]}**" if answer.kind == "winner" else f"{mark} {cells[0]}"] + cells[1:]
         table.append(cells)
     lines = [
         f"# batchscale report: {markdown_text(inputs.sweep_dir.name)}",
         "",
-        f"## {markdown_text(headline(plan))}",
+        f"## {markdown_text(answer.heading)}",
+        "",
+        f"> **Answer: {markdown_text(answer.badge)}.** {markdown_text(answer.meaning)}",
         "",
         markdown_text(plan["explanation"]),
         "",
@@ -60,10 +64,9 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
         "",
         *render_table(DECISION_HEADER, table),
         "",
-        ("\u2605 the winner (the fastest, when the answer is a near-optimal set; \u2248 the set's other members). "
-         "Rows that cannot be named best: infeasible, censored in at least one seed, or stopped by a racing sweep; a "
-         "censored one is ruled out only by its bound (\"(cut)\": the budget cut it, it was not beaten)."),
+        markdown_text(answer.legend()),
         "",
+        *doubts_markdown(inputs),
         "## Figures",
         "",
     ]
@@ -77,6 +80,16 @@ def render_markdown(inputs: ReportInputs, figures: list[Figure], out_dir: Path) 
               "", "## How this was measured", "",
               *(f"- {markdown_text(note)}" for note in measurement_notes(inputs)), ""]
     return "\n".join(lines)
+
+
+def doubts_markdown(inputs: ReportInputs) -> list[str]:
+    """The doubts section (plan/doubts.py), each with what to do; what was checked when nothing was found."""
+    if not inputs.doubts:
+        return ["## Doubts", "", f"None found. {markdown_text(doubts_checked())}", ""]
+    return [f"## Doubts ({len(inputs.doubts)})", "",
+            "Measurements the decision rests on that should not be trusted as printed:", "",
+            *(f"- **{markdown_text(d.finding)}.** What to do: {markdown_text(d.action)}." for d in inputs.doubts),
+            "", markdown_text(doubts_checked()), ""]
 
 
 def learning_detail(inputs: ReportInputs) -> list[str]:

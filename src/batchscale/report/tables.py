@@ -1,5 +1,6 @@
 """The report's text content, shared by report.html and report.md so the two always say the same thing:
-the decision table (formatted cells per label), the learning-side table, and the "how this was measured" notes.
+the decision table (formatted cells per label), the learning-side table, what the doubts section checked, and the
+"how this was measured" notes.
 
 Numbers come from the plan document (`rundir.PlanDocument`) and analysis.json unchanged; only formatting happens here.
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 from batchscale.analysis import alignment, intervals
 from batchscale.analysis.plots import ordered_labels
 from batchscale.analysis.report import format_number, format_samples_to_target, rollout_cell
+from batchscale.plan.doubts import R2_FLOOR, SCATTER_LIMIT
 from batchscale.plan.explain import describe_verdict, format_time_to_target
 from batchscale.report.inputs import ReportInputs
 
@@ -68,17 +70,21 @@ def learning_rows(analysis: dict) -> list[list[str]]:
     return rows
 
 
-def headline(plan: dict) -> str:
-    best = plan.get("best")
-    if plan.get("answer") == "near_optimal":
-        return f"Best configuration: {best}, the fastest of a near-optimal set: any of {', '.join(plan['near_optimal'])}"
-    return f"Best configuration: {best}" if best else "No configuration can be recommended"
-
-
 def verdict(plan: dict) -> str:
     """Whether the decision is resolved by the test on log T (plan/resolve.py): a winner, a near-optimal set, or why
     neither; the same sentence `batchscale plan` prints."""
     return describe_verdict(plan)
+
+
+DOUBTS_CHECKED = ("Checked: the throughput q of the seeds of each configuration, and of labels that run the same "
+                  "batch the same way, agree within {limit:.2f}x; each profile's fit explains R^2 >= {floor} of its "
+                  "points (the training law with a fixed cost >= 0 and a positive slope); the training profile "
+                  "measured the runs' arithmetic and thread count.")
+
+
+def doubts_checked() -> str:
+    """What the doubts section checked (plan/doubts.py's thresholds), said whether or not anything was found."""
+    return DOUBTS_CHECKED.format(limit=SCATTER_LIMIT, floor=R2_FLOOR)
 
 
 def run_dirs_place(path: Path) -> str:

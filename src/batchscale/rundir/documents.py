@@ -179,6 +179,12 @@ class PlanRowDocument(Strict):
     budget_samples: float | None = None  # the most samples a seed could train (a racing sweep's, else trained)
     budget_over_reference_n_star: float | None = None  # budget / N*_ref: below ~2x its q gain, the budget may censor
     budget_cut: bool = False  # censored, and the best does not beat its bound: cut by the budget, not beaten
+    # T/T_ref's 95% interval from the test on ln T against the reference (plan/resolve.py); None for the reference and
+    # where no test can be formed (one seed, no pooled spread, a table). With censored seeds, `at_least` is T/T_ref
+    # counting them at the samples they trained (a lower bound), `low` the bound below it, `high` None
+    normalized_time_to_target_low: float | None = None
+    normalized_time_to_target_high: float | None = None
+    normalized_time_to_target_at_least: float | None = None
 
 
 class RatioDocument(Strict):

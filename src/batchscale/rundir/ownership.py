@@ -55,7 +55,7 @@ KIND_NOUNS = {"run": "run", "sweep": "sweep", "export": "previous export", "demo
 TEMPORARY_ENTRIES = (".*.tmp", ".report-*", ".*.checkpoint-*", ".*.saving-*", ".*.replaced-*")
 ANALYSIS_ENTRIES = ("analysis.json", "j_vs_samples.png", "j_vs_steps.png", "grad_norm_vs_batch.png",
                     "r_n_vs_batch.png", "report.md", "report.html", "generation_throughput.png", "training_time.png",
-                    "plan.json", "profiles", *TEMPORARY_ENTRIES)
+                    "time_ratio_vs_batch.png", "j_vs_wall_clock.png", "plan.json", "profiles", *TEMPORARY_ENTRIES)
 TRACKER_ENTRIES = ("tensorboard", "wandb", "mlruns")  # telemetry.trackers' local stores
 RUN_ENTRIES = ("metrics.jsonl", "run.json", "config.json", "summary.json", "samples.jsonl", "trackers.json",
                "checkpoints", "policy", *TRACKER_ENTRIES, *ANALYSIS_ENTRIES)

@@ -1,6 +1,7 @@
 """`<run>/samples.jsonl`: what the policy said. Each eval writes its first `run.log_samples` held-out examples, one
 JSON object a line: `step` and `samples` (the eval's, as in metrics.jsonl), `prompt`, `response` (the greedy
-response, decoded), `answer` (the task's reference) and `reward` (the training reward the task gives that response).
+response, decoded), `answer` (the task's reference), `reward` (the training reward the task gives that response) and
+`correct` (whether eval/accuracy counted it; absent in files written before it, read as unknown).
 The eval set is fixed, so the same prompts come back at every eval and the first and last evals can be compared.
 
 Writer: `SamplesLog` appends and fsyncs one line at a time, like metrics.jsonl. Readers: `iter_samples` (and
@@ -39,15 +40,17 @@ class SampleRow(BaseModel):
     response: str
     answer: str
     reward: float
+    correct: bool | None = None  # what eval/accuracy counted; None: not recorded (an older samples.jsonl)
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")
 
 
-def sample_rows(step: int, samples: int, examples: list[tuple[str, str, str, float]]) -> list[SampleRow]:
-    """One eval's (prompt, response, answer, reward) examples as rows."""
-    return [SampleRow(step=step, samples=samples, prompt=prompt, response=response, answer=answer, reward=reward)
-            for prompt, response, answer, reward in examples]
+def sample_rows(step: int, samples: int, examples: list[tuple]) -> list[SampleRow]:
+    """One eval's (prompt, response, answer, reward[, correct]) examples as rows."""
+    return [SampleRow(step=step, samples=samples, prompt=prompt, response=response, answer=answer, reward=reward,
+                      correct=rest[0] if rest else None)
+            for prompt, response, answer, reward, *rest in examples]
 
 
 class SamplesLog:

@@ -30,6 +30,9 @@ ANALYSIS_RENAMES = {"time_to_target_realized": "t_target_realized_s"}
 # plan.json rows[] keys -> column names
 PLAN_RENAMES = {"samples_to_target": "n_star_samples", "time_to_target": "t_target_s",
                 "time_to_target_realized": "t_target_realized_s", "normalized_time_to_target": "t_target_normalized",
+                "normalized_time_to_target_low": "t_target_normalized_ci_low",
+                "normalized_time_to_target_high": "t_target_normalized_ci_high",
+                "normalized_time_to_target_at_least": "t_target_normalized_at_least",
                 "score": "speedup_over_reference"}
 SAMPLES_TO_TARGET_COLUMNS = {"mean": "n_star_samples", "ci_low": "n_star_ci_low_samples",
                              "ci_high": "n_star_ci_high_samples", "reached": "seeds_reached",

@@ -17,9 +17,10 @@ from batchscale.train.health import check_rewards
 
 
 def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, reward_spec: str = "",
-             examples_kept: int = 0) -> tuple[dict, list[tuple[str, str, str, float]]]:
+             examples_kept: int = 0) -> tuple[dict, list[tuple[str, str, str, float, bool]]]:
     """eval/accuracy, eval/reward and eval/response_length of greedy responses to the task's eval set, and the first
-    `examples_kept` (prompt, response, answer, reward) of it, for samples.jsonl."""
+    `examples_kept` (prompt, response, answer, reward, correct) of it, for samples.jsonl: `correct` is what
+    eval/accuracy counted for that response, so a report can say which answers training fixed or broke."""
     examples = task.eval_examples()
     prompts = policy.format_prompts([e.prompt for e in examples])
     rollouts = engine.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, greedy=True))
@@ -29,7 +30,8 @@ def evaluate(policy: Policy, engine, task, max_new_tokens: int, step: int = 0, r
         check_rewards(step, values, reward_spec, rollouts.texts, answers, what=what)
     metrics = {"eval/accuracy": float(np.mean(accuracy)), "eval/reward": float(np.mean(scores)),
                "eval/response_length": float(np.mean([len(r) for r in rollouts.response_ids]))}
-    kept = list(zip([prompt_text(e.prompt) for e in examples], rollouts.texts, answers, map(float, scores)))[:examples_kept]
+    kept = list(zip([prompt_text(e.prompt) for e in examples], rollouts.texts, answers, map(float, scores),
+                    [bool(a >= 1.0) for a in accuracy]))[:examples_kept]
     return metrics, kept
 
 
