@@ -64,15 +64,16 @@ def test_every_step_is_seen_by_the_engine_weight_cache(random_model_dir):
     engine = build_engine("engine", policy, max_concurrency=4)
     prompts = policy.format_prompts(["12+34="] * 4)
     sampling = SamplingParams(max_new_tokens=6, greedy=True)
-    first = engine.generate(prompts, sampling).response_ids
+    first = engine.generate(prompts, sampling).logprobs
     fresh = copy.deepcopy(policy)
+    g = torch.Generator().manual_seed(0)
     for p in model.parameters():
-        p.grad = torch.randn_like(p)
+        p.grad = torch.randn(p.shape, generator=g)
     optimizer.step()
     with torch.no_grad():
         for p, q in zip(fresh.model.parameters(), model.parameters()):
             p.copy_(q)
-    after = engine.generate(prompts, sampling).response_ids
-    expected = build_engine("engine", fresh, max_concurrency=4).generate(prompts, sampling).response_ids
-    assert expected != first  # the step changed what greedy decoding says, so stale weights would show
+    after = engine.generate(prompts, sampling).logprobs
+    expected = build_engine("engine", fresh, max_concurrency=4).generate(prompts, sampling).logprobs
+    assert first is not None and expected != first  # the step moved the log-probs, so stale weights would show
     assert after == expected
