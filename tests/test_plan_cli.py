@@ -51,7 +51,7 @@ def test_table_json_schema_and_decision(tmp_path, capsys):
     assert rows["P=8192"]["feasible"] is False and rows["P=8192"]["eligible"] is False
     assert rows["P=4096"]["censoring"] == "censored" and rows["P=4096"]["r_n"] is None
     assert rows["P=1024"]["samples_per_step"] == 8192
-    assert "P=1024 wins: 3.10x throughput for a 2.20x sample penalty (rN), T/T_ref = 0.71" in doc["explanation"]
+    assert "P=1024 is the best estimate, not yet resolved: 3.10x throughput for a 2.20x sample penalty (rN), T/T_ref = 0.71" in doc["explanation"]
     assert doc["regime"]["name"] == "unknown"
 
 
@@ -61,7 +61,7 @@ def test_table_human_output_shows_winner_and_regime(tmp_path, capsys):
         capsys, "--table", table, "--critical-generation-batch", "512", "--critical-training-batch", "4096"
     )
     assert code == 0
-    assert "P=1024 wins" in out and "T/T_ref" in out and "censored" in out
+    assert "P=1024 is the best estimate, not yet resolved" in out and "T/T_ref" in out and "censored" in out
     assert "Generation knee first" in out
 
 
@@ -184,7 +184,7 @@ def test_sweep_reference_override_and_human_output(tmp_path, capsys):
     sweep = make_sweep(tmp_path, b_simple=None)
     code, out, _ = run_plan(capsys, sweep, "--reference", "P16")
     assert code == 0
-    assert "reference P16" in out and "P16 (the reference) wins" in out and "Unknown: missing" in out
+    assert "reference P16" in out and "P16 (the reference) is the best estimate, not yet resolved" in out and "Unknown: missing" in out
 
 
 def test_sweep_errors_exit_2(tmp_path, capsys):

@@ -61,7 +61,7 @@ def test_paper_fixed_lr_control_takes_longer_than_reference():
     assert round(control.normalized_time_to_target, 2) == 1.43  # paper: 1.42x from unrounded inputs
     assert plan.best == "P=128"
     text = explain_decision(plan)
-    assert "P=128 (the reference) wins" in text
+    assert "P=128 (the reference) is the best estimate, not yet resolved" in text
     assert "P=256 fixed-LR loses: rN 1.67 outweighs its 1.17x throughput, T/T_ref = 1.43" in text
 
 
@@ -73,7 +73,7 @@ def test_paper_grpo_sweep_picks_p1024():
     assert round(plan.row("P=2048").normalized_time_to_target, 2) == 1.23
     assert round(plan.row("P=4096").normalized_time_to_target, 2) == 1.18
     text = explain_decision(plan)
-    assert text.startswith("P=1024 wins: 1.41x throughput for a 1.00x sample penalty (rN), T/T_ref = 0.71")
+    assert text.startswith("P=1024 is the best estimate, not yet resolved: 1.41x throughput for a 1.00x sample penalty (rN), T/T_ref = 0.71")
     assert "P=2048 loses: rN 1.60 outweighs its 1.30x throughput, T/T_ref = 1.23" in text  # the next larger batch
 
 
@@ -83,7 +83,7 @@ def test_explanation_names_deciding_numbers_of_a_penalized_winner():
         "P=128",
     )
     text = explain_decision(plan)
-    assert "P=1024 wins: 3.10x throughput for a 2.20x sample penalty (rN), T/T_ref = 0.71" in text
+    assert "P=1024 is the best estimate, not yet resolved: 3.10x throughput for a 2.20x sample penalty (rN), T/T_ref = 0.71" in text
     assert "P=2048 loses: rN 1.60 outweighs its 1.30x throughput" in text
     assert text.count(".") >= 1 and "\n" not in text
 
@@ -189,7 +189,7 @@ def test_a_tied_loser_is_called_level_not_above():
     winner = measure("w", 1.0, 2.0, p=256)
     tied = measure("t", 1.5, 3.0 * 0.9999, p=512)  # T/T_ref 0.50005 vs 0.5: the same to the digits shown
     text = explain_decision(compute_plan([ref, winner, tied], "ref"))
-    assert "w wins" in text and "t loses" in text and "level with w's 0.50" in text and "above" not in text
+    assert "w is the best estimate, not yet resolved" in text and "t loses" in text and "level with w's 0.50" in text and "above" not in text
     slower = measure("t", 1.5, 2.5, p=512)
     assert "above w's 0.50" in explain_decision(compute_plan([ref, winner, slower], "ref"))
 

@@ -183,7 +183,7 @@ def test_an_eval_writes_its_first_log_samples_examples(random_model_dir, tmp_pat
     rows = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["samples"]) for r in rows] == [(e["step"], e["samples"]) for e in evals for _ in range(3)]
     assert len({r["prompt"] for r in rows}) == 3  # the eval set is fixed: the same three prompts every time
-    assert all(set(r) == {"step", "samples", "prompt", "response", "answer", "reward"} for r in rows)
+    assert all(set(r) == {"step", "samples", "prompt", "response", "answer", "reward", "correct"} for r in rows)
 
 
 @pytest.mark.slow

@@ -90,9 +90,12 @@ def explain_decision(plan: Decision) -> str:
         fastest = _describe_winner(winner, plan.reference).replace(" wins: ", " is the fastest: ", 1)
         parts = [f"{tied[0].upper()}{tied[1:]}", fastest]
     else:
-        unresolved = None if plan.resolved else f"but the gain is not yet resolved ({plan.why_unresolved}): add seeds"
         alone = not any(r.eligible and r.label != winner.label for r in plan.rows)
-        parts = [_describe_winner(winner, plan.reference, alone) + (f", {unresolved}" if unresolved else "")]
+        described = _describe_winner(winner, plan.reference, alone)
+        if not plan.resolved:  # a best estimate, not a winner: the verdict beside it says against whom
+            described = (described.replace(" wins: ", " is the best estimate, not yet resolved: ", 1)
+                         + " (add seeds to the configurations it does not beat)")
+        parts = [described]
     loser = _pick_loser(plan, winner)
     if loser is not None:
         parts.append(_describe_loser(loser, winner))

@@ -23,7 +23,7 @@ from batchscale.rundir.samples import SampleRow
 
 DEFAULT_PROJECT = "batchscale"  # the project of a run outside a sweep
 SAMPLES_KEY = "eval/examples"  # the table of an eval's samples
-SAMPLE_COLUMNS = ("step", "samples", "prompt", "response", "answer", "reward")
+SAMPLE_COLUMNS = ("step", "samples", "prompt", "response", "answer", "reward", "correct")
 NOT_VALUES = ("kind", "step")
 
 
