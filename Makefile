@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test test-avx2 install clean gpu-wheels gpu-rehearsal
+.PHONY: demo test test-heavy test-avx2 install clean gpu-wheels gpu-rehearsal
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest
+
+# the default run plus the heavy tests (the examples trained to their learning claims, a Ray Tune search): ~6 min more
+test-heavy: install
+	BATCHSCALE_TEST_HEAVY=1 $(PY) -m pytest
 
 # The engine's kernel tests as an AVX2-only CPU runs them (on an AVX-512 machine too): src/batchscale/cpu.py
 test-avx2: install

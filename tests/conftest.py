@@ -11,6 +11,19 @@ import pytest
 # BATCHSCALE_DECODE_TUNING=auto in the environment runs the whole suite on timed plans instead.
 os.environ.setdefault("BATCHSCALE_DECODE_TUNING", "off")
 
+# `heavy`: a test over a minute on 2 AVX2-only cores (each trains an example to its learning claim). The default run
+# (`make test`, CI) skips them to stay under 15 minutes there; BATCHSCALE_TEST_HEAVY=1 (`make test-heavy`) runs them.
+RUN_HEAVY = os.environ.get("BATCHSCALE_TEST_HEAVY") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if RUN_HEAVY:
+        return
+    skip = pytest.mark.skip(reason="heavy (over a minute on 2 AVX2 cores): BATCHSCALE_TEST_HEAVY=1 or make test-heavy")
+    for item in items:
+        if "heavy" in item.keywords:
+            item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
 def random_model_dir(tmp_path_factory):

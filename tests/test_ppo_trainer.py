@@ -91,6 +91,7 @@ def test_ppo_and_remax_accept_one_sample_per_prompt():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_ppo_example_raises_eval_accuracy(tmp_path):
     """examples/ppo-tiny.toml: the warm-started tiny model learns arithmetic under PPO (~45 s on 2 cores)."""
     summary = train(load_config(EXAMPLE), tmp_path, log=lambda s: None)

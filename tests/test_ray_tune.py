@@ -193,6 +193,7 @@ seeds = [0, 1, 2, 3]
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_tune_search_of_a_sweep_file_stops_the_point_that_cannot_win(tmp_path):
     """A real Tune search (local Ray, 2 CPUs, the tiny model, one trial at a time so that the grid's order is the
     race's): the learning point's seeds end themselves at the target, finished runs whose summary says so; the point

@@ -33,6 +33,7 @@ def test_remax_step_records_time_the_greedy_baseline(random_model_dir, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_remax_example_raises_eval_accuracy(tmp_path):
     """examples/remax-tiny.toml: the warm-started tiny model learns arithmetic under ReMax (~45 s on 2 cores)."""
     summary = train(load_config(EXAMPLE), tmp_path, log=lambda s: None)

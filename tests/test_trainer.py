@@ -103,6 +103,7 @@ def test_cli_train_json(random_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_grpo_example_raises_eval_accuracy(tmp_path):
     """The README's example: the warm-started tiny model learns arithmetic under GRPO (~30 s on 2 cores)."""
     from pathlib import Path
