@@ -276,7 +276,7 @@ def test_a_point_that_never_ran_keeps_any_answer_from_excluding_it():
     alone = compute_plan([ref], "ref", not_run=("p8", "p64"))  # a time budget that ended after the reference ran
     assert alone.answer == "unresolved" and alone.best == "ref"
     text = explain_decision(alone)
-    assert "ref (the reference) wins: it is the only configuration that reached the target" in text
+    assert "ref (the reference) is the best estimate, not yet resolved: it is the only configuration that reached the target" in text
     assert "covers its rN" not in text and "p8 did not run" in text
 
 
