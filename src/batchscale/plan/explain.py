@@ -94,7 +94,7 @@ def explain_decision(plan: Decision) -> str:
         described = _describe_winner(winner, plan.reference, alone)
         if not plan.resolved:  # a best estimate, not a winner: the verdict beside it says against whom
             described = (described.replace(" wins: ", " is the best estimate, not yet resolved: ", 1)
-                         + " (add seeds to the configurations it does not beat)")
+                         + f" ({plan.why_unresolved}: add seeds to the configurations it does not beat)")
         parts = [described]
     loser = _pick_loser(plan, winner)
     if loser is not None:
