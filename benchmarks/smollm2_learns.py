@@ -17,8 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from batchscale.analysis.eval_gain import run_gain, wilson_interval  # noqa: E402
-from batchscale.rundir import read_run  # noqa: E402
+from batchscale.errors import UserError  # noqa: E402
 from batchscale.files import read_json_object  # noqa: E402
+from batchscale.rundir import read_run  # noqa: E402
 
 
 def main() -> None:
@@ -27,14 +28,21 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="write the curves here (PNG)")
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args()
+    try:
+        report(args)
+    except UserError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def report(args: argparse.Namespace) -> None:
     runs = [read_run(path) for path in args.runs]
     eval_size = int(read_json_object(args.runs[0] / "config.json")["task"]["eval_size"])
     gain = run_gain(args.runs, eval_size)
     seeds = []
     for run in runs:
         curve = [(r["samples"], r["eval/accuracy"]) for r in run.evals]
-        seeds.append({"seed": run.seed, "curve": curve, "wall_s": run.summary.wall_s if run.summary else None,
-                      "samples": run.evals[-1]["samples"]})
+        wall_s = run.summary.wall_s if run.summary else run.evals[-1]["wall_s"]  # unfinished: up to its last eval
+        seeds.append({"seed": run.seed, "curve": curve, "wall_s": wall_s, "samples": run.evals[-1]["samples"]})
     print(f"{runs[0].label}: {len(runs)} seeds, {gain.prompts} held-out prompts, greedy")
     print(f"  start {gain.start:.3f} [{gain.start_interval[0]:.3f}, {gain.start_interval[1]:.3f}]")
     for seed, interval in zip(seeds, gain.end_intervals):

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.special import stdtrit
 
+from batchscale.analysis.intervals import student_quantile
 from batchscale.errors import UserError
 from batchscale.rundir.samples import read_samples
 
@@ -73,7 +73,7 @@ def paired_gain(start: list[bool], ends: list[list[bool]], confidence: float = 0
         raise ValueError(f"start has {first.size} prompts; every end must have the same (got shape {last.shape})")
     n = first.size
     d = last.mean(axis=0) - first  # (n,) the seeds' mean change per prompt
-    half = float(stdtrit(n - 1, (1 + confidence) / 2)) * float(d.std(ddof=1)) / math.sqrt(n)
+    half = student_quantile(confidence, n - 1) * float(d.std(ddof=1)) / math.sqrt(n)
     gain = float(d.mean())
     return EvalGain(n, last.shape[0], float(first.mean()), wilson_interval(int(first.sum()), n), float(last.mean()),
                     tuple(wilson_interval(int(row.sum()), n) for row in last), gain, (gain - half, gain + half))
