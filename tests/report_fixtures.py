@@ -51,7 +51,7 @@ def make_timed_sweep(sweep_dir: Path) -> Path:
     return sweep_dir
 
 
-# The kinds of answer (report/answer.py), each a sweep designed to give it: label -> (P, T/T_ref designed, slowdown of
+# The kinds of answer (plan/answer.py), each a sweep designed to give it: label -> (P, T/T_ref designed, slowdown of
 # its learning curve; a large slowdown never reaches the target: censored), seeds, seed_sd (of ln N*), the target.
 ANSWER_SWEEPS = {
     "winner": ({"p8": (8, 1.0, 1.0), "p16": (16, 0.8, 1.0), "p32": (32, 0.55, 1.0), "p64": (64, 0.75, 1.0)},

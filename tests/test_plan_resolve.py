@@ -284,7 +284,7 @@ def test_plan_json_console_and_report_say_the_same_set(capsys):
     from batchscale.plan.cli import print_plan
     from batchscale.plan.explain import classify_regime, describe_verdict
     from batchscale.plan.make import Plan, plan_document
-    from batchscale.report.answer import classify_answer
+    from batchscale.plan.answer import classify_answer
     from batchscale.report.tables import verdict
 
     wide = (1.0, 1.1, 0.9)

@@ -15,7 +15,7 @@ import pytest
 from document_fixtures import write_training_profile
 from report_fixtures import ANSWER_SWEEPS, answer_truth, make_answer_sweep, retime_run, write_generation_profile
 
-from batchscale.report.answer import classify_answer
+from batchscale.plan.answer import classify_answer
 from batchscale.report.build import write_report
 from batchscale.rundir import TrainingProfile, read_document, read_run, write_document
 
@@ -109,6 +109,28 @@ def test_the_kind_of_answer_sets_the_box_and_the_tables_marks(reports, kind):
     for label in expected:
         cell = f"**{mark} {label}**" if kind == "winner" else f"{mark} {label}"
         assert any(line.startswith(f"| {cell} |") or line.startswith(f"| {cell} (ref) |") for line in table), label
+
+
+CONSOLE_MARKS = {"winner": "* ", "tie": "= ", "near_optimal": "~ ", "unresolved": "? ", "reference_only": "o "}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_console_table_marks_the_kind_too(reports, kind, capsys):
+    """`plan`'s console says the kind's badge and heading, marks the same labels as the report with its ASCII mark,
+    and calls an unresolved best an estimate: no "Best:" line and no star where nothing is resolved."""
+    from batchscale.cli import main
+
+    sweep, written = reports[kind]
+    answer = classify_answer(written["plan"])
+    assert main(["plan", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    assert answer.heading in flat and (answer.badge.lower() in flat.lower())
+    cells = [line.split("\u2502")[1].strip() for line in out.splitlines() if line.startswith("\u2502")]
+    marked = {cell[2:].removesuffix(" (ref)") for cell in cells if cell.startswith(CONSOLE_MARKS[kind])}
+    assert marked == set(answer.marked)
+    assert any(cell.startswith("* ") for cell in cells) == (kind == "winner")
+    assert ("Best estimate:" in flat) == (not answer.recommends) and ("Best:" in flat) == answer.recommends
 
 
 def test_the_kinds_read_differently(reports):

@@ -93,13 +93,16 @@ def plan(
 
 
 def print_plan(decision, explanation: str, regime, document: dict) -> None:
-    """Rich table to stdout, the winner highlighted (and a near-optimal set's other members marked ~), then the
-    explanation, the verdict (the report's sentence, from the plan document `--json` prints) and the regime."""
+    """Rich table to stdout, its rows marked and coloured by the kind of answer (plan/answer.py: a resolved winner
+    green and starred, a tie's members blue, a near-optimal set's yellow, an unresolved best estimate "?" with no
+    colour), the kind's heading, then the explanation, the verdict (the report's sentence, from the plan document
+    `--json` prints) and the regime."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from batchscale.markup import console_text, inert
+    from batchscale.plan.answer import CONSOLE_STYLES, classify_answer
     from batchscale.plan.explain import describe_verdict, format_time_to_target
 
     console = Console(width=None if sys.stdout.isatty() else 140)
@@ -109,15 +112,17 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     for name in headers:
         table.add_column(name, justify="left" if name == "label" else "right")
     rows_json = {row["label"]: row for row in document["rows"]}
+    answer = classify_answer(document)
+    mark, marked_style, heading_style = CONSOLE_STYLES[answer.kind]
     for r in decision.rows:
         m = r.measurement
-        near = r.label in decision.near_optimal and r.label != decision.best
-        style = "bold green" if r.label == decision.best else ("green" if near else ("dim" if not r.eligible else None))
+        marked = r.label in answer.marked
+        style = marked_style if marked else ("dim" if not r.eligible else None)
         censored = {"censored": "censored", "partly censored": "partly cens."}.get(m.censoring)
         n_star = censored if m.samples_to_target is None else \
             f"{m.samples_to_target:,.0f}" + (" (lb)" if censored else "")
         table.add_row(
-            Text(("* " if r.label == decision.best else "~ " if near else "") + inert(m.label)),  # data, never markup
+            Text((mark if marked else "") + inert(m.label)),  # data, never markup
             _fmt(m.prompts_per_step), _fmt(m.samples_per_prompt), _fmt(m.samples_per_step),
             f"stopped: {m.extra['stopped']}" if m.extra.get("stopped") else n_star,
             f"{m.throughput_samples_per_s:,.2f}", _fmt(r.r_n, "{:.2f}"), f"{r.throughput_gain:.2f}x",
@@ -136,9 +141,14 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     for label in decision.not_run:
         console.print(f"[bold]Not run:[/bold] {console_text(label)} (the time budget ended before any seed of it ran).",
                       highlight=False)
+    said = answer.heading if answer.badge.lower() in answer.heading.lower() else \
+        f"{answer.heading} ({answer.badge.lower()})"
+    console.print(f"[{heading_style}]{console_text(said)}.[/]", highlight=False)
+    console.print(console_text(answer.legend(console=True)), style="dim", highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
-    console.print(f"[bold]Best:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
+    said = "Best" if answer.recommends else "Best estimate"
+    console.print(f"[bold]{said}:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
     console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
     console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)

@@ -1,7 +1,7 @@
 """report.html: one self-contained file that opens offline. Plain HTML and a little CSS, no scripts, no network: every
 figure is an <img> with a base64 `data:image/png` URI. Every text from the inputs is HTML-escaped.
 
-Layout: the decision (a box whose colour, badge and heading say the kind of answer, report/answer.py; the
+Layout: the decision (a box whose colour, badge and heading say the kind of answer, plan/answer.py; the
 explanation, the verdict, the regime), the decision table with its rows marked by that kind, the doubts, the
 figures, what the policy said, the learning-side table, and how each number was measured.
 
@@ -21,7 +21,7 @@ from batchscale.markup import html_text
 from batchscale.report.figure import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.samples import samples_html
-from batchscale.report.answer import classify_answer
+from batchscale.plan.answer import classify_answer
 from batchscale.report.tables import (DECISION_HEADER, LEARNING_HEADER, decision_rows, doubts_checked, learning_rows,
                                       measurement_notes, verdict)
 
@@ -87,7 +87,7 @@ def render_table(header: list[str], rows: list[tuple[str | None, list[str]]], ta
 
 
 def render_decision(inputs: ReportInputs) -> str:
-    """The decision box: its colour, badge and heading follow the kind of answer (report/answer.py)."""
+    """The decision box: its colour, badge and heading follow the kind of answer (plan/answer.py)."""
     plan = inputs.plan
     regime, answer = plan["regime"], classify_answer(plan)
     return (
@@ -104,7 +104,7 @@ def render_decision(inputs: ReportInputs) -> str:
 
 
 def render_decision_table(inputs: ReportInputs) -> str:
-    """The decision table, its rows marked and coloured by the kind of answer (report/answer.py)."""
+    """The decision table, its rows marked and coloured by the kind of answer (plan/answer.py)."""
     answer = classify_answer(inputs.plan)
     rows = []
     for row, cells in decision_rows(inputs.plan):

@@ -2,7 +2,7 @@
 
 Figures are linked by relative path (the PNGs sit in the output directory or next to analysis.json); the HTML is the
 self-contained version. The heading, an "Answer:" line and the table's marks follow the kind of answer
-(report/answer.py): a resolved winner's row is starred and bold, a tie's members "=", a near-optimal set's "\u2248",
+(plan/answer.py): a resolved winner's row is starred and bold, a tie's members "=", a near-optimal set's "\u2248",
 an unresolved answer's best estimate "?", the lone reference "\u25cb". Every text that came from input
 (labels, names, paths, notes) is escaped (markup.py): raw HTML and link or image syntax in a label stays text.
 """
@@ -17,7 +17,7 @@ from batchscale.markup import markdown_link, markdown_text
 from batchscale.report.figure import Figure
 from batchscale.report.inputs import ReportInputs
 from batchscale.report.samples import samples_markdown
-from batchscale.report.answer import classify_answer
+from batchscale.plan.answer import classify_answer
 from batchscale.report.tables import DECISION_HEADER, decision_rows, doubts_checked, measurement_notes, verdict
 
 

@@ -1,7 +1,7 @@
-"""Which kind of answer the report shows, and how each kind looks (issue 45): a resolved winner, a tie, a near-optimal
-set not separated, "not resolved", the reference alone, or none. An unresolved answer must never look like a
-resolved one, so the decision box's colour, badge and heading and the decision table's marks and row colours all
-follow the kind, in report.html and report.md alike.
+"""Which kind of answer a plan gives, and how each kind looks (issue 45): a resolved winner, a tie, a near-optimal set
+not separated, "not resolved", the reference alone, or none. An unresolved answer must never look like a resolved one,
+so the decision box's colour, badge and heading and the decision table's marks and row colours all follow the kind, in
+report.html, report.md and `plan`'s console table alike.
 
 The kind is read from the plan document (`rundir.PlanDocument`), never guessed: `answer` (plan/resolve.py: "winner",
 "near_optimal", "unresolved", "none"; a plan.json older than it is read from `resolved`, plan.explain.plan_answer),
@@ -11,7 +11,8 @@ the reference is the only configuration that reached the target ("reference_only
 is beaten even by its bound, as plan.json's `answer` says).
 
 Marks in the decision table: the winner \u2605 (green), a tie's members = (blue), a set's members \u2248 (orange),
-the best estimate of an unresolved answer ? (grey; no star, nothing green), the lone reference \u25cb (purple).
+the best estimate of an unresolved answer ? (grey; no star, nothing green), the lone reference \u25cb (purple). The
+console (`CONSOLE_STYLES`) marks in ASCII, as a pipe or an old terminal may not show the others: *, =, ~, ?, o.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Answer:
     heading: str
     meaning: str
     marked: tuple[str, ...]  # the labels the kind marks in the table (winner, members, best estimate)
+    recommends: bool = True  # False where the best is only an estimate: unresolved, the reference alone unresolved
 
     def row(self, plan_row: dict) -> Row:
         label = plan_row["label"]
@@ -50,8 +52,8 @@ class Answer:
                     "unresolved": Row("estimate", "?"), "reference_only": Row("only", "\u25cb")}[self.kind]
         return Row(None if plan_row.get("eligible", True) else "ineligible", "")
 
-    def legend(self) -> str:
-        """What the table's marks mean, for this kind."""
+    def legend(self, console: bool = False) -> str:
+        """What the table's marks mean, for this kind; `console`: in the console's ASCII marks and dim rows."""
         marks = {
             "winner": "\u2605 the resolved winner.",
             "tie": f"= the members of the tie (every T ratio between them inside {MARGIN} at joint 95%).",
@@ -60,9 +62,18 @@ class Answer:
             "reference_only": "\u25cb the reference, the only configuration that reached the target.",
             "none": "No row is marked: none can be named best.",
         }[self.kind]
-        return (f"{marks} Grey rows cannot be named best: infeasible, censored in at least one seed, or stopped by a "
+        if console:
+            marks = marks.replace("\u2605", "*").replace("\u2248", "~").replace("\u25cb", "o")
+        return (f"{marks} {'Dim' if console else 'Grey'} rows cannot be named best: infeasible, censored in at least one seed, or stopped by a "
                 'racing sweep; a censored one is ruled out only by its bound ("(cut)": the budget cut it, it was not '
                 "beaten).")
+
+
+CONSOLE_STYLES = {  # kind -> (the mark before a marked label, its rich style, the heading's style)
+    "winner": ("* ", "bold green", "bold green"), "tie": ("= ", "bold blue", "bold blue"),
+    "near_optimal": ("~ ", "yellow", "bold yellow"), "unresolved": ("? ", "bold", "bold"),
+    "reference_only": ("o ", "magenta", "bold magenta"), "none": ("", "", "bold red"),
+}
 
 
 def is_reference_alone(plan: dict) -> bool:
@@ -89,7 +100,7 @@ def classify_answer(plan: dict) -> Answer:
         return Answer("reference_only", "Reference only, not resolved", f"Only the reference {best} reached the target",
                       "No other configuration reached the target (censored, cut by the budget, or not run), so "
                       "none is shown slower than it: this is not a recommendation of its batch over the others; "
-                      "give them a larger budget to compare them.", (best,))
+                      "give them a larger budget to compare them.", (best,), recommends=False)
     if answer == "winner":
         return Answer("winner", "Resolved", f"Resolved: {best} reaches the target soonest",
                       f"{best} beats every other configuration at the 95% level (test on ln T over seeds).", (best,))
@@ -104,7 +115,7 @@ def classify_answer(plan: dict) -> Answer:
                       "fastest.", members)
     return Answer("unresolved", "Not resolved", "Not resolved: no configuration is shown to reach the target soonest",
                   f"Best estimate so far: {best} (T/T_ref {_fixed(times.get(best))}), not a recommendation; "
-                  "add seeds to the configurations it does not beat.", (best,))
+                  "add seeds to the configurations it does not beat.", (best,), recommends=False)
 
 
 def _fixed(value: float | None) -> str:
