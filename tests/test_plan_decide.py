@@ -194,6 +194,19 @@ def test_a_tied_loser_is_called_level_not_above():
     assert "above w's 0.50" in explain_decision(compute_plan([ref, winner, slower], "ref"))
 
 
+def test_a_slower_loser_is_said_to_lose_by_its_throughput_not_by_its_rn():
+    """A loser below the reference's throughput: fewer samples (rN < 1) do not make up for it, and more samples add to
+    it; neither reads as "rN outweighs"."""
+    ref, winner = measure("ref", 1.0, 1.0, p=64), measure("w", 1.0, 1.5, p=128)
+    fewer = measure("f", 0.99, 0.92, p=256)
+    text = explain_decision(compute_plan([ref, winner, fewer], "ref"))
+    assert "f loses: its 0.92x throughput costs more than rN 0.99 (fewer samples than the reference) saves" in text
+    more = measure("m", 1.2, 0.9, p=256)
+    text = explain_decision(compute_plan([ref, winner, more], "ref"))
+    assert "m loses: it needs rN 1.20 the samples at 0.90x the throughput, T/T_ref = 1.33" in text
+    assert "outweighs" not in text
+
+
 def test_n_star_zero_is_handled_not_a_crash():
     instant = measure("instant", 0.0, 1.0, p=256)  # the target met at this label's first eval
     plan = compute_plan([measure("ref", 1.0, 1.0, p=128), instant], "ref")
