@@ -110,7 +110,7 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     headers = ("label", "P", "G", "B_train", "N* (samples)", "q (samples/s)", "rN", "q/q_ref", "T", "realized T",
                "T/T_ref", "budget/N*_ref", "feasible")
     for name in headers:
-        table.add_column(name, justify="left" if name == "label" else "right")
+        table.add_column(name, justify="left" if name == "label" else "right", no_wrap=name == "label")  # its mark too
     rows_json = {row["label"]: row for row in document["rows"]}
     answer = classify_answer(document)
     mark, marked_style, heading_style = CONSOLE_STYLES[answer.kind]
