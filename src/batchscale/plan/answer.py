@@ -62,10 +62,11 @@ class Answer:
             "reference_only": "\u25cb the reference, the only configuration that reached the target.",
             "none": "No row is marked: none can be named best.",
         }[self.kind]
+        rows = "Grey"
         if console:
-            marks = marks.replace("\u2605", "*").replace("\u2248", "~").replace("\u25cb", "o")
-        return (f"{marks} {'Dim' if console else 'Grey'} rows cannot be named best: infeasible, censored in at least one seed, or stopped by a "
-                'racing sweep; a censored one is ruled out only by its bound ("(cut)": the budget cut it, it was not '
+            marks, rows = marks.replace("\u2605", "*").replace("\u2248", "~").replace("\u25cb", "o"), "Dim"
+        return (f"{marks} {rows} rows cannot be named best: infeasible, censored in at least one seed, or stopped by "
+                'a racing sweep; a censored one is ruled out only by its bound ("(cut)": the budget cut it, it was not '
                 "beaten).")
 
 

@@ -141,14 +141,14 @@ def print_plan(decision, explanation: str, regime, document: dict) -> None:
     for label in decision.not_run:
         console.print(f"[bold]Not run:[/bold] {console_text(label)} (the time budget ended before any seed of it ran).",
                       highlight=False)
-    said = answer.heading if answer.badge.lower() in answer.heading.lower() else \
+    heading = answer.heading if answer.badge.lower() in answer.heading.lower() else \
         f"{answer.heading} ({answer.badge.lower()})"
-    console.print(f"[{heading_style}]{console_text(said)}.[/]", highlight=False)
+    console.print(f"[{heading_style}]{console_text(heading)}.[/]", highlight=False)
     console.print(console_text(answer.legend(console=True)), style="dim", highlight=False)
     best = f"any of {', '.join(decision.near_optimal)} (fastest: {decision.best})" if decision.near_optimal else \
         decision.best or "none"
-    said = "Best" if answer.recommends else "Best estimate"
-    console.print(f"[bold]{said}:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
+    best_is = "Best" if answer.recommends else "Best estimate"
+    console.print(f"[bold]{best_is}:[/bold] {console_text(f'{best}. {explanation}')}", highlight=False)
     verdict = f"{describe_verdict(document)} Runner-up {decision.runner_up or 'none'}."
     console.print(f"[bold]Verdict:[/bold] {console_text(verdict)}", highlight=False)
     console.print(f"[bold]Regime:[/bold] {console_text(regime.sentence)}", highlight=False)

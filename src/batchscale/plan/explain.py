@@ -180,7 +180,8 @@ def _describe_winner(w: PlanRow, reference: str, alone: bool = False) -> str:
 def _describe_loser(r: PlanRow, w: PlanRow) -> str:
     ratio = f"T/T_ref = {r.normalized_time_to_target:.2f}"
     if r.r_n > r.throughput_gain and r.throughput_gain < 1 <= r.r_n:  # more samples and slower too
-        return f"{r.label} loses: it needs rN {r.r_n:.2f} the samples at {r.throughput_gain:.2f}x the throughput, {ratio}"
+        return (f"{r.label} loses: it needs rN {r.r_n:.2f} the samples at {r.throughput_gain:.2f}x the throughput, "
+                f"{ratio}")
     if r.r_n > r.throughput_gain and r.throughput_gain < 1:  # fewer samples, but a larger throughput loss
         return (f"{r.label} loses: its {r.throughput_gain:.2f}x throughput costs more than rN {r.r_n:.2f} (fewer "
                 f"samples than the reference) saves, {ratio}")
